@@ -1,0 +1,115 @@
+// Status and StatusOr<T>: how every fallible call in this project reports
+// failure. Value types; no exceptions cross the API.
+//
+// A Status is either OK or a code plus a message. Messages name what was
+// involved (layer or group, tensor, state) so that a failure can be read
+// without a debugger.
+
+#ifndef OFFLOAD_ENGINE_STATUS_H_
+#define OFFLOAD_ENGINE_STATUS_H_
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace offload {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,     // the caller passed something malformed
+  kFailedPrecondition,  // the call is not allowed in the current state
+  kResourceExhausted,   // out of device or pinned memory
+  kInternal,            // a broken invariant or a backend failure
+  kUnavailable,         // the backend cannot serve the call (no device)
+};
+
+// "OK", "INVALID_ARGUMENT", ...
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  // OK.
+  Status() = default;
+  // REQUIRES: code != kOk (an OK status carries no message; use Status()).
+  Status(StatusCode code, std::string message);
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "OK" or "<CODE>: <message>".
+  std::string ToString() const;
+
+  // Returns a copy whose message is "<prefix>: <message>"; OK stays OK.
+  Status WithContext(std::string_view prefix) const;
+
+  friend bool operator==(const Status&, const Status&) = default;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Status& status);
+
+inline Status OkStatus() { return Status(); }
+Status InvalidArgumentError(std::string message);
+Status FailedPreconditionError(std::string message);
+Status ResourceExhaustedError(std::string message);
+Status InternalError(std::string message);
+Status UnavailableError(std::string message);
+
+// Either a T or a non-OK Status.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  // REQUIRES: !status.ok(). An OK status without a value becomes kInternal.
+  StatusOr(Status status)  // NOLINT: implicit, as in absl::StatusOr
+      : status_(status.ok() ? InternalError("StatusOr built from an OK status "
+                                            "without a value")
+                            : std::move(status)) {}
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT
+
+  bool ok() const { return status_.ok(); }
+  const Status& status() const& { return status_; }
+  Status status() && { return std::move(status_); }
+
+  // REQUIRES: ok().
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return *std::move(value_); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T&& operator*() && { return *std::move(value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace offload
+
+#define OFFLOAD_STATUS_CONCAT_INNER_(a, b) a##b
+#define OFFLOAD_STATUS_CONCAT_(a, b) OFFLOAD_STATUS_CONCAT_INNER_(a, b)
+
+// Returns from the enclosing function if `expr` (a Status) is not OK.
+#define OFFLOAD_RETURN_IF_ERROR(expr)                   \
+  do {                                                  \
+    ::offload::Status offload_status_ = (expr);         \
+    if (!offload_status_.ok()) return offload_status_;  \
+  } while (false)
+
+// `lhs = value of expr` (a StatusOr), or returns its status if not OK.
+#define OFFLOAD_ASSIGN_OR_RETURN(lhs, expr)                                 \
+  OFFLOAD_ASSIGN_OR_RETURN_IMPL_(                                           \
+      OFFLOAD_STATUS_CONCAT_(offload_statusor_, __LINE__), lhs, expr)
+#define OFFLOAD_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                   \
+  if (!tmp.ok()) return std::move(tmp).status();       \
+  lhs = std::move(tmp).value()
+
+#endif  // OFFLOAD_ENGINE_STATUS_H_
