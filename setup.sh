@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building and testing this project needs on a fresh Debian 12
+# machine: Bazel 4 (Debian's bazel-bootstrap), a C++20 compiler, GoogleTest,
+# GoogleMock, RapidCheck and Google Benchmark. Idempotent: packages already
+# present are not touched, and nothing is downloaded when all are there.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap
+  g++
+  libgtest-dev
+  libgmock-dev
+  librapidcheck-dev
+  libbenchmark-dev
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null |
+      grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  sudo=()
+  if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+  echo "setup: installing ${missing[*]}" >&2
+  "${sudo[@]}" apt-get update -q
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "${missing[@]}"
+fi
+echo "setup: all packages present" >&2
