@@ -115,7 +115,8 @@ class Stream {
   // waiting for it. Either side may be device or pinned memory of this
   // backend: device-to-host and host-to-device copies use the copy engine of
   // their direction, so the two directions overlap each other and compute.
-  // `bytes == 0` enqueues nothing.
+  // Addresses inside an allocation are `buffer.data()` plus a byte offset.
+  // `bytes == 0` enqueues nothing (the pointers must still be non-null).
   // REQUIRES: both ranges lie inside memory of this backend that is live, and
   //   they do not overlap.
   // Errors: kInvalidArgument if bytes < 0, a pointer is null, or (where the
@@ -149,7 +150,8 @@ class Backend {
   virtual Stream& ComputeStream() = 0;
 
   // Creates a stream that lives as long as the backend. `name` shows up in
-  // traces and messages. Errors: kResourceExhausted, kInternal.
+  // traces and messages; names need not be unique. Errors:
+  // kResourceExhausted, kInternal.
   virtual StatusOr<Stream*> NewStream(std::string_view name) = 0;
 
   // Creates an event that was never recorded. Errors: kInternal.
@@ -158,6 +160,10 @@ class Backend {
   // Allocates `bytes` of device memory, ordered on `stream` (see the ordering
   // rules above). The contents are unspecified.
   // REQUIRES: `stream` comes from this backend.
+  // Memory freed on another stream counts as in use until that free has run
+  // on the device: right after such a Free (or a dropped Buffer) an
+  // allocation on a different stream may fail where one on the freeing
+  // stream succeeds.
   // Errors: kInvalidArgument if bytes <= 0 or the stream is foreign;
   //   kResourceExhausted if the device cannot hold `bytes` more.
   virtual StatusOr<Buffer> AllocateDevice(int64_t bytes, Stream& stream) = 0;

@@ -1,0 +1,44 @@
+// The backend conformance suite (testing/backend_conformance.h) on the
+// simulator: with default options, and with small capacities and duration
+// jitter (so that leaked memory runs out and timing varies). After every test
+// the simulator must have found no hazard.
+
+#include <memory>
+
+#include "backends/sim/sim_backend.h"
+#include "gtest/gtest.h"
+#include "testing/backend_conformance.h"
+
+namespace offload {
+namespace {
+
+Status NoHazards(Backend& backend) {
+  auto* sim = dynamic_cast<SimBackend*>(&backend);
+  if (sim == nullptr) return InternalError("not a SimBackend");
+  if (sim->hazards().empty()) return OkStatus();
+  std::string all;
+  for (const Hazard& hazard : sim->hazards()) all += "\n  " + hazard.ToString();
+  return InternalError("hazards:" + all);
+}
+
+std::unique_ptr<Backend> Small() {
+  SimOptions options;
+  options.seed = 42;
+  options.device_capacity_bytes = int64_t{64} << 20;
+  options.pinned_capacity_bytes = int64_t{64} << 20;
+  options.duration_jitter = 0.3;
+  return NewSimBackend(options);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, BackendConformanceTest,
+    ::testing::Values(
+        BackendFactory{"default",
+                       [] { return std::unique_ptr<Backend>(
+                                NewSimBackend(SimOptions{})); },
+                       NoHazards},
+        BackendFactory{"small_capacity_jitter", Small, NoHazards}),
+    BackendFactoryName());
+
+}  // namespace
+}  // namespace offload
