@@ -1,0 +1,200 @@
+// The layer-mode front door, after Transformer Engine's
+// get_cpu_offload_context (SPEC §1–§4).
+//
+// One Offloader serves a stack of `model_layers` layers. The caller drives it
+// like TE's hooks:
+//
+//   for each iteration:
+//     for layer in 0..n-1:   ForwardStep();  ...  saved = Push(t) ...
+//     for layer in n-1..0:   BackwardStep(layer);  ...  t = Pop(saved) ...
+//     FinishBackward();
+//
+// Push is the saved-tensor pack hook and Pop the unpack hook. Which layers are
+// offloaded, and when their memory is released and reloaded, follows the
+// schedule (default k-of-n, a ScheduleTable, or manual calls).
+//
+// Streams: the model runs on backend.ComputeStream(); copies run on a D2H and
+// an H2D stream the Offloader creates (or on `offload_stream` in manual mode).
+// Every call returns a Status; a failed call changes nothing.
+
+#ifndef OFFLOAD_ENGINE_OFFLOAD_H_
+#define OFFLOAD_ENGINE_OFFLOAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/diagnostics.h"
+#include "engine/schedule.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
+
+namespace offload {
+
+struct OffloadOptions {
+  bool enabled = true;
+  int model_layers = 1;            // TE model_layers
+  int offloaded_layers = 1;        // TE num_layers (default scheduling)
+  bool manual_synchronization = false;
+  bool retain_pinned_buffers = false;
+  int64_t min_offload_elements = 256 * 1024;
+  std::optional<ScheduleTable> schedule;  // design doc's synchronization_dict
+
+  // Extensions.
+  // A span (the bytes of one storage that a group's views reach) is copied
+  // whole when its views cover at least this fraction of it (SPEC §2.2).
+  double min_span_coverage = 0.5;
+  // Sparser views are made contiguous on the compute stream (default) or,
+  // with this set, not offloaded. Both warn.
+  bool skip_sparse_views = false;
+  // Manual synchronization only: copies in both directions run on this
+  // stream instead of the Offloader's own D2H and H2D streams.
+  Stream* offload_stream = nullptr;
+  // Echo warnings to stderr as well as to diagnostics().
+  bool warnings_to_stderr = false;
+};
+
+// Life cycle of one layer's group (SPEC §3).
+enum class GroupState {
+  kNotOffloaded,     // collecting pushes, or never offloaded
+  kOffloadStarted,   // copies to host enqueued
+  kOffloadFinished,  // device memory released; host copy complete or pending
+  kReloadStarted,    // copies back enqueued; pops wait per span
+  kReleased,         // after the group's backward: nothing held
+};
+
+// "not_offloaded", "offload_started", ...
+const char* GroupStateName(GroupState state);
+
+// What Push returns and Pop takes. Holds either the tensor itself (not
+// offloaded) or a reference into a layer's group.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+
+  // Whether Push handed the tensor to a group (false: kept as is).
+  bool in_group() const { return layer_ >= 0; }
+  // The layer it was pushed in; -1 for pass-through before any layer.
+  int layer() const { return layer_ >= 0 ? layer_ : pushed_layer_; }
+  bool is_composite() const { return composite_; }
+
+ private:
+  friend class Offloader;
+  uint64_t owner_ = 0;       // the Offloader's id
+  uint64_t iteration_ = 0;   // the iteration it was pushed in
+  int pushed_layer_ = -1;
+  std::optional<Tensor> kept_;  // pass-through
+  int layer_ = -1;              // group entry, when in_group()
+  int index_ = -1;
+  // Composite: one SavedTensor per component, absent ones empty.
+  bool composite_ = false;
+  std::vector<std::optional<SavedTensor>> components_;
+  std::vector<uint8_t> metadata_;
+  std::string name_;
+};
+
+struct OffloaderStats {
+  int64_t tensors_offloaded = 0;  // pushed into an offloaded group
+  int64_t tensors_kept = 0;       // passed through (small, flagged, ...)
+  int64_t spans_offloaded = 0;    // D2H span copies enqueued
+  int64_t bytes_offloaded = 0;    // D2H bytes enqueued
+  int64_t bytes_reloaded = 0;     // H2D bytes enqueued
+  int64_t views_made_contiguous = 0;
+  // Bytes copied to host whose device storage stays alive because the
+  // caller still holds it (offloading them saved no memory; SPEC §2.5).
+  int64_t bytes_retained_by_caller = 0;
+  int64_t pinned_allocations = 0;
+};
+
+class Group;
+
+class Offloader {
+ public:
+  // Errors: kInvalidArgument for inconsistent options: model_layers < 1,
+  //   offloaded_layers outside [0, model_layers - 1] (with default
+  //   scheduling), an invalid schedule table, offload_stream without manual
+  //   synchronization, min_offload_elements < 0, min_span_coverage outside
+  //   [0, 1]. offloaded_layers == model_layers - 1 is allowed with a warning
+  //   (no overlap is possible).
+  static StatusOr<std::unique_ptr<Offloader>> Create(Backend& backend,
+                                                     const OffloadOptions& options);
+  ~Offloader();
+  Offloader(const Offloader&) = delete;
+  Offloader& operator=(const Offloader&) = delete;
+
+  // Before each layer's forward: closes the previous layer's group (starting
+  // its offload), releases layers whose offload must finish now, and returns
+  // the id of the layer starting (0, 1, ... n-1 in each iteration).
+  // Errors: kFailedPrecondition after all n forwards of the iteration (call
+  //   BackwardStep / FinishBackward first).
+  StatusOr<int> ForwardStep();
+
+  // Before the backward of `layer`: releases the previous backward layer's
+  // memory, starts the reloads the schedule puts here.
+  // Errors: kInvalidArgument for a layer outside [0, n); kFailedPrecondition
+  //   if its forward has not run this iteration or its backward already
+  //   began; kResourceExhausted if a reload cannot get device memory (then
+  //   nothing changed and the host copy is kept: retry later).
+  Status BackwardStep(int layer);
+
+  // After a backward pass: releases the last backward layer's memory and
+  // ends the iteration; the next ForwardStep starts layer 0 again.
+  Status FinishBackward();
+
+  // The saved-tensor pack hook. Tensors that are never offloaded (SPEC §1.2)
+  // and all tensors of layers that will not be offloaded come back from Pop
+  // unchanged. Errors: kFailedPrecondition if no layer's forward is open;
+  // kInvalidArgument for a malformed tensor.
+  StatusOr<SavedTensor> Push(const Tensor& tensor);
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
+
+  // The saved-tensor unpack hook: the tensor as pushed (same dtype, shape,
+  // strides, bytes; possibly on new storage). A reloaded tensor makes the
+  // compute stream wait for its own span's reload only.
+  // Errors: kInvalidArgument for a handle of another Offloader or iteration,
+  //   or a composite passed to Pop (use PopComposite) and vice versa;
+  //   kFailedPrecondition if the group's device memory was released and its
+  //   reload never started, or the group was already released.
+  StatusOr<Tensor> Pop(const SavedTensor& saved);
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
+
+  // Manual synchronization only (kFailedPrecondition otherwise), SPEC §4.3.
+  // Each needs the layer's forward to be closed (a later ForwardStep or a
+  // BackwardStep happened) and the group in the state before it; errors name
+  // the layer and its state.
+  Status StartOffload(int layer);
+  Status ReleaseForwardMemory(int layer);
+  Status StartReload(int layer);
+
+  // Host bytes held for offloaded groups (pinned buffers, including
+  // retained ones).
+  int64_t OffloadedBytes() const;
+  const Diagnostics& diagnostics() const { return diagnostics_; }
+
+  // Extensions.
+  GroupState state(int layer) const;
+  const OffloaderStats& stats() const { return stats_; }
+  // The schedule in use (empty in manual mode).
+  const ScheduleTable& schedule() const { return schedule_; }
+  // Whether `layer` is offloaded by the schedule (manual: every layer may be).
+  bool WillOffload(int layer) const;
+
+ private:
+  Offloader(Backend& backend, const OffloadOptions& options,
+            ScheduleTable schedule, Stream* d2h, Stream* h2d);
+
+  struct Impl;
+  Backend& backend_;
+  const OffloadOptions options_;
+  const ScheduleTable schedule_;
+  Diagnostics diagnostics_;
+  OffloaderStats stats_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_OFFLOAD_H_
