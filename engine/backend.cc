@@ -48,6 +48,78 @@ void Buffer::Reset() {
   stream_ = nullptr;
 }
 
+void ForEachContiguousRun(
+    int64_t element_size, const std::vector<int64_t>& shape,
+    const std::vector<int64_t>& strides,
+    const std::function<void(int64_t, int64_t, int64_t)>& run) {
+  for (int64_t size : shape) {
+    if (size == 0) return;
+  }
+  // Fold trailing dimensions that are dense into one run.
+  int64_t run_elements = 1;
+  size_t outer = shape.size();
+  while (outer > 0 &&
+         (shape[outer - 1] == 1 || strides[outer - 1] == run_elements)) {
+    run_elements *= shape[outer - 1];
+    --outer;
+  }
+  const int64_t run_bytes = run_elements * element_size;
+  std::vector<int64_t> index(outer, 0);
+  int64_t dst = 0;
+  for (;;) {
+    int64_t src = 0;
+    for (size_t d = 0; d < outer; ++d) src += index[d] * strides[d];
+    run(src * element_size, dst, run_bytes);
+    dst += run_bytes;
+    // Odometer increment over the outer dimensions.
+    size_t d = outer;
+    while (d > 0) {
+      if (++index[d - 1] < shape[d - 1]) break;
+      index[d - 1] = 0;
+      --d;
+    }
+    if (d == 0) return;
+  }
+}
+
+Status Stream::Gather(void* dst, const void* src, int64_t element_size,
+                      const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& strides) {
+  OFFLOAD_RETURN_IF_ERROR(
+      ValidateGather(name(), dst, src, element_size, shape, strides));
+  Status status;
+  ForEachContiguousRun(
+      element_size, shape, strides,
+      [&](int64_t src_offset, int64_t dst_offset, int64_t bytes) {
+        if (!status.ok()) return;
+        status = Copy(static_cast<char*>(dst) + dst_offset,
+                      static_cast<const char*>(src) + src_offset, bytes);
+      });
+  return status;
+}
+
+Status ValidateGather(std::string_view stream, const void* dst,
+                      const void* src, int64_t element_size,
+                      const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& strides) {
+  std::string where = "Gather on stream '" + std::string(stream) + "': ";
+  if (dst == nullptr || src == nullptr) {
+    return InvalidArgumentError(where + "null source or destination");
+  }
+  if (element_size <= 0) {
+    return InvalidArgumentError(where + "element size must be positive");
+  }
+  if (shape.size() != strides.size()) {
+    return InvalidArgumentError(where + "shape and strides differ in length");
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0 || strides[i] < 0) {
+      return InvalidArgumentError(where + "negative size or stride");
+    }
+  }
+  return OkStatus();
+}
+
 Status Backend::Free(Buffer& buffer, Stream& stream) {
   if (buffer.empty()) {
     return InvalidArgumentError("Free: the buffer is empty (already freed or "

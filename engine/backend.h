@@ -24,8 +24,10 @@
 #define OFFLOAD_ENGINE_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "engine/status.h"
 
@@ -124,6 +126,19 @@ class Stream {
   //   kInternal on a device failure.
   virtual Status Copy(void* dst, const void* src, int64_t bytes) = 0;
 
+  // Enqueues a gather of the strided view at `src` into `dst`, densely in
+  // row-major order: element (i0, i1, ...) of `shape` is read from
+  // src + element_size * sum(ik * strides[k]) (strides in elements, >= 0).
+  // This is a kernel on the stream's SMs, not a copy-engine transfer (a
+  // tensor's .contiguous()). The default implementation issues one Copy per
+  // contiguous run; backends may do better.
+  // REQUIRES: as for Copy, for the view's byte extent and for dst.
+  // Errors: kInvalidArgument for element_size <= 0, mismatched or negative
+  //   shape/strides, null pointers; what Copy returns.
+  virtual Status Gather(void* dst, const void* src, int64_t element_size,
+                        const std::vector<int64_t>& shape,
+                        const std::vector<int64_t>& strides);
+
   // Makes `event` capture all work enqueued on this stream so far, replacing
   // what it captured before. REQUIRES: `event` comes from this stream's
   // backend. Errors: kInvalidArgument for a foreign event.
@@ -139,6 +154,21 @@ class Stream {
   // Errors: kInternal on a device failure.
   virtual Status Synchronize() = 0;
 };
+
+// Calls `run(src_byte_offset, dst_byte_offset, bytes)` for each maximal
+// contiguous run of the strided view described as in Stream::Gather, in
+// row-major order; dst offsets are dense. Nothing for a view of no elements.
+// REQUIRES: shape and strides of equal length, sizes and strides >= 0.
+void ForEachContiguousRun(
+    int64_t element_size, const std::vector<int64_t>& shape,
+    const std::vector<int64_t>& strides,
+    const std::function<void(int64_t, int64_t, int64_t)>& run);
+
+// The argument checks of Stream::Gather, for implementations.
+Status ValidateGather(std::string_view stream, const void* dst,
+                      const void* src, int64_t element_size,
+                      const std::vector<int64_t>& shape,
+                      const std::vector<int64_t>& strides);
 
 // Streams, events and memory of one device.
 class Backend {

@@ -28,46 +28,12 @@
 
 #include "engine/backend.h"
 #include "engine/diagnostics.h"
+#include "engine/offload_options.h"
 #include "engine/schedule.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
 
 namespace offload {
-
-struct OffloadOptions {
-  bool enabled = true;
-  int model_layers = 1;            // TE model_layers
-  int offloaded_layers = 1;        // TE num_layers (default scheduling)
-  bool manual_synchronization = false;
-  bool retain_pinned_buffers = false;
-  int64_t min_offload_elements = 256 * 1024;
-  std::optional<ScheduleTable> schedule;  // design doc's synchronization_dict
-
-  // Extensions.
-  // A span (the bytes of one storage that a group's views reach) is copied
-  // whole when its views cover at least this fraction of it (SPEC §2.2).
-  double min_span_coverage = 0.5;
-  // Sparser views are made contiguous on the compute stream (default) or,
-  // with this set, not offloaded. Both warn.
-  bool skip_sparse_views = false;
-  // Manual synchronization only: copies in both directions run on this
-  // stream instead of the Offloader's own D2H and H2D streams.
-  Stream* offload_stream = nullptr;
-  // Echo warnings to stderr as well as to diagnostics().
-  bool warnings_to_stderr = false;
-};
-
-// Life cycle of one layer's group (SPEC §3).
-enum class GroupState {
-  kNotOffloaded,     // collecting pushes, or never offloaded
-  kOffloadStarted,   // copies to host enqueued
-  kOffloadFinished,  // device memory released; host copy complete or pending
-  kReloadStarted,    // copies back enqueued; pops wait per span
-  kReleased,         // after the group's backward: nothing held
-};
-
-// "not_offloaded", "offload_started", ...
-const char* GroupStateName(GroupState state);
 
 // What Push returns and Pop takes. Holds either the tensor itself (not
 // offloaded) or a reference into a layer's group.
@@ -94,19 +60,6 @@ class SavedTensor {
   std::vector<std::optional<SavedTensor>> components_;
   std::vector<uint8_t> metadata_;
   std::string name_;
-};
-
-struct OffloaderStats {
-  int64_t tensors_offloaded = 0;  // pushed into an offloaded group
-  int64_t tensors_kept = 0;       // passed through (small, flagged, ...)
-  int64_t spans_offloaded = 0;    // D2H span copies enqueued
-  int64_t bytes_offloaded = 0;    // D2H bytes enqueued
-  int64_t bytes_reloaded = 0;     // H2D bytes enqueued
-  int64_t views_made_contiguous = 0;
-  // Bytes copied to host whose device storage stays alive because the
-  // caller still holds it (offloading them saved no memory; SPEC §2.5).
-  int64_t bytes_retained_by_caller = 0;
-  int64_t pinned_allocations = 0;
 };
 
 class Group;
@@ -186,7 +139,16 @@ class Offloader {
   Offloader(Backend& backend, const OffloadOptions& options,
             ScheduleTable schedule, Stream* d2h, Stream* h2d);
 
-  struct Impl;
+  Status CheckPush(const std::string& what) const;
+  Status CheckHandle(const SavedTensor& saved, const char* call) const;
+  Status CheckManual(const char* call, int layer) const;
+  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int layer);
+  StatusOr<Tensor> PopOne(const SavedTensor& saved);
+
+ public:
+  struct Impl;  // internal state (engine/offload.cc)
+
+ private:
   Backend& backend_;
   const OffloadOptions options_;
   const ScheduleTable schedule_;

@@ -38,6 +38,9 @@ class Storage {
   int64_t size_bytes() const { return buffer_.size(); }
   MemorySpace space() const { return buffer_.space(); }
   const Buffer& buffer() const { return buffer_; }
+  // For the engine, to free the memory explicitly (Backend::Free) once it
+  // holds the last reference.
+  Buffer& mutable_buffer() { return buffer_; }
 
  private:
   Buffer buffer_;

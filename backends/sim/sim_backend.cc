@@ -60,6 +60,12 @@ class SimBackend::SimStream final : public Stream {
     return sim_->EnqueueCopy(index_, dst, src, bytes);
   }
 
+  Status Gather(void* dst, const void* src, int64_t element_size,
+                const std::vector<int64_t>& shape,
+                const std::vector<int64_t>& strides) override {
+    return sim_->EnqueueGather(index_, dst, src, element_size, shape, strides);
+  }
+
   Status Record(Event& event) override {
     auto* sim_event = dynamic_cast<SimEvent*>(&event);
     if (sim_event == nullptr || sim_event->sim_ != sim_) {
@@ -435,6 +441,75 @@ Status SimBackend::EnqueueCopy(int s, void* dst, const void* src,
   VectorClock clock;
   AccessOp ref = Enqueue(s, std::move(op), &clock);
   detector_.OnRead(from_id, from_offset, from_offset + bytes, ref, clock);
+  detector_.OnWrite(to_id, to_offset, to_offset + bytes, ref, clock);
+  return OkStatus();
+}
+
+Status SimBackend::EnqueueGather(int s, void* dst, const void* src,
+                                 int64_t element_size,
+                                 const std::vector<int64_t>& shape,
+                                 const std::vector<int64_t>& strides) {
+  const std::string& name = streams_[s].handle->name_;
+  OFFLOAD_RETURN_IF_ERROR(
+      ValidateGather(name, dst, src, element_size, shape, strides));
+  int64_t elements = 1, last = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    elements *= shape[i];
+    last += (shape[i] - 1) * strides[i];
+  }
+  if (elements == 0) return OkStatus();
+  const int64_t bytes = elements * element_size;
+  const int64_t extent = (last + 1) * element_size;
+  auto from = Resolve(src, extent, "Gather on stream '" + name + "': source");
+  if (!from.ok()) return from.status();
+  auto to = Resolve(dst, bytes, "Gather on stream '" + name + "': destination");
+  if (!to.ok()) return to.status();
+  Block* from_block = from->block;
+  Block* to_block = to->block;
+  if (from_block == to_block && from->offset < to->offset + bytes &&
+      to->offset < from->offset + extent) {
+    return InvalidArgumentError("Gather on stream '" + name +
+                                "': source and destination overlap in " +
+                                to_block->Name());
+  }
+  Op op;
+  op.kind = "gather";
+  op.what = from_block->Name() + "+" + std::to_string(from->offset) + " -> " +
+            to_block->Name() + "+" + std::to_string(to->offset) + " " +
+            Bytes(bytes);
+  op.duration_ns = Jitter(options_.copy_latency_ns +
+                          static_cast<int64_t>(std::ceil(
+                              static_cast<double>(bytes) / options_.d2d_gbps)));
+  if (options_.store_bytes) {
+    auto staging = std::make_shared<std::vector<uint8_t>>();
+    op.on_start = [this, staging, src_address = from_block->address,
+                   src_id = from_block->id, src_offset = from->offset, bytes,
+                   element_size, shape, strides] {
+      staging->assign(bytes, kLostByte);
+      Block* src_block = FindBlock(src_address, src_id);
+      if (src_block == nullptr || src_block->bytes == nullptr) return;
+      const uint8_t* base = src_block->bytes.get() + src_offset;
+      ForEachContiguousRun(element_size, shape, strides,
+                           [&](int64_t in, int64_t out, int64_t n) {
+                             std::memcpy(staging->data() + out, base + in, n);
+                           });
+    };
+    op.on_end = [this, staging, dst_address = to_block->address,
+                 dst_id = to_block->id, dst_offset = to->offset, bytes] {
+      Block* dst_block = FindBlock(dst_address, dst_id);
+      if (dst_block != nullptr && dst_block->bytes != nullptr) {
+        std::memcpy(dst_block->bytes.get() + dst_offset, staging->data(),
+                    bytes);
+      }
+      staging->clear();
+      staging->shrink_to_fit();
+    };
+  }
+  uint64_t from_id = from_block->id, to_id = to_block->id;
+  int64_t from_offset = from->offset, to_offset = to->offset;
+  VectorClock clock;
+  AccessOp ref = Enqueue(s, std::move(op), &clock);
+  detector_.OnRead(from_id, from_offset, from_offset + extent, ref, clock);
   detector_.OnWrite(to_id, to_offset, to_offset + bytes, ref, clock);
   return OkStatus();
 }

@@ -14,8 +14,8 @@
 //    copy_latency_ns + bytes / bandwidth. Copies of one direction serialize
 //    (the engine goes to the operation that has waited longest, ties by
 //    sequence number); the two directions and all kernels run concurrently.
-//    Device-to-device and pinned-to-pinned copies use no engine and run at
-//    d2d_gbps.
+//    Device-to-device and pinned-to-pinned copies, and Stream::Gather (one
+//    operation per gather), use no engine and run at d2d_gbps.
 //  - Kernels (EnqueueKernel) take the duration they are given and declare the
 //    bytes they read and write; kernels on different streams run concurrently.
 //  - Device and pinned memory have capacities and hold real bytes (unless
@@ -219,6 +219,9 @@ class SimBackend final : public Backend {
   int StreamIndex(const Stream& stream) const;
   static size_t Component(int stream) { return static_cast<size_t>(stream) + 1; }
   Status EnqueueCopy(int stream, void* dst, const void* src, int64_t bytes);
+  Status EnqueueGather(int stream, void* dst, const void* src,
+                       int64_t element_size, const std::vector<int64_t>& shape,
+                       const std::vector<int64_t>& strides);
   Status RecordEvent(int stream, SimEvent& event);
   Status WaitEvent(int stream, const SimEvent& event);
   void SynchronizeStream(int stream);
