@@ -304,5 +304,82 @@ TEST_F(FreeTest, FailedReleaseIsReturnedAndLeavesTheBufferUntouched) {
   EXPECT_EQ(buffer.owner(), &backend_);
 }
 
+// ---------------------------------------------------------------- Gather
+
+std::vector<std::vector<int64_t>> Runs(int64_t element_size,
+                                       const std::vector<int64_t>& shape,
+                                       const std::vector<int64_t>& strides) {
+  std::vector<std::vector<int64_t>> runs;
+  ForEachContiguousRun(element_size, shape, strides,
+                       [&](int64_t src, int64_t dst, int64_t bytes) {
+                         runs.push_back({src, dst, bytes});
+                       });
+  return runs;
+}
+
+TEST(ForEachContiguousRunTest, DenseViewIsOneRun) {
+  EXPECT_EQ(Runs(4, {3, 5}, {5, 1}),
+            (std::vector<std::vector<int64_t>>{{0, 0, 60}}));
+  // Size-1 dimensions fold in whatever their stride.
+  EXPECT_EQ(Runs(2, {1, 4, 1}, {99, 1, 7}),
+            (std::vector<std::vector<int64_t>>{{0, 0, 8}}));
+}
+
+TEST(ForEachContiguousRunTest, RowSliceGivesOneRunPerRow) {
+  // x[:, 2:5] of a [2, 8] f32 tensor.
+  EXPECT_EQ(Runs(4, {2, 3}, {8, 1}),
+            (std::vector<std::vector<int64_t>>{{0, 0, 12}, {32, 12, 12}}));
+}
+
+TEST(ForEachContiguousRunTest, StridedLastDimensionGivesOneRunPerElement) {
+  // Transpose of a [2, 3] bf16 tensor: shape [3, 2], strides [1, 3].
+  EXPECT_EQ(Runs(2, {3, 2}, {1, 3}),
+            (std::vector<std::vector<int64_t>>{{0, 0, 2},
+                                               {6, 2, 2},
+                                               {2, 4, 2},
+                                               {8, 6, 2},
+                                               {4, 8, 2},
+                                               {10, 10, 2}}));
+}
+
+TEST(ForEachContiguousRunTest, EmptyViewHasNoRuns) {
+  EXPECT_TRUE(Runs(4, {3, 0}, {1, 1}).empty());
+}
+
+TEST(StreamGatherTest, DefaultImplementationCopiesEachRun) {
+  NiceMock<MockStream> stream("compute");
+  char src[64], dst[64];
+  {
+    InSequence sequence;
+    EXPECT_CALL(stream, Copy(dst, src, 12)).WillOnce(Return(OkStatus()));
+    EXPECT_CALL(stream, Copy(dst + 12, src + 32, 12))
+        .WillOnce(Return(OkStatus()));
+  }
+  EXPECT_OK(stream.Stream::Gather(dst, src, 4, {2, 3}, {8, 1}));
+}
+
+TEST(StreamGatherTest, DefaultImplementationStopsAtTheFirstFailedCopy) {
+  NiceMock<MockStream> stream("compute");
+  char src[64], dst[64];
+  EXPECT_CALL(stream, Copy(_, _, _))
+      .WillOnce(Return(InternalError("copy engine on fire")));
+  EXPECT_EQ(stream.Stream::Gather(dst, src, 4, {2, 3}, {8, 1}),
+            InternalError("copy engine on fire"));
+}
+
+TEST(StreamGatherTest, BadArgumentsAreRejectedBeforeAnyCopy) {
+  NiceMock<MockStream> stream("compute");
+  char src[64], dst[64];
+  EXPECT_CALL(stream, Copy(_, _, _)).Times(0);
+  EXPECT_THAT(stream.Stream::Gather(dst, src, 0, {2}, {1}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("element size")));
+  EXPECT_THAT(stream.Stream::Gather(dst, src, 4, {2}, {1, 1}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("length")));
+  EXPECT_THAT(stream.Stream::Gather(dst, src, 4, {2}, {-1}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(stream.Stream::Gather(nullptr, src, 4, {2}, {1}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("null")));
+}
+
 }  // namespace
 }  // namespace offload

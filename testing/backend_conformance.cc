@@ -347,6 +347,41 @@ TEST_P(BackendConformanceTest, CopiesOnOneStreamRunInOrder) {
   EXPECT_TRUE(HoldsPattern(dst2, 51));
 }
 
+TEST_P(BackendConformanceTest, GatherWritesTheViewDenselyInRowMajorOrder) {
+  // A [64, 96] 2-byte tensor; gather the view x[8:40:2, 5:85:4] transposed:
+  // shape [20, 16], element strides [4, 192], offset 8 * 96 + 5.
+  const int64_t rows = 64, cols = 96, esize = 2;
+  const int64_t n = rows * cols * esize;
+  const std::vector<int64_t> shape = {20, 16};
+  const std::vector<int64_t> strides = {4, 2 * cols};
+  const int64_t offset = 8 * cols + 5;
+  ASSERT_OK_AND_ASSIGN(Stream* stream, NewStream("gather"));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 91));
+  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, *stream));
+  ASSERT_OK_AND_ASSIGN(Buffer dense,
+                       backend().AllocateDevice(20 * 16 * esize, *stream));
+  ASSERT_OK(stream->Copy(device.data(), src.data(), n));
+  ASSERT_OK(stream->Gather(dense.data(), At(device, offset * esize), esize,
+                           shape, strides));
+  // A view of no elements gathers nothing.
+  ASSERT_OK(stream->Gather(dense.data(), device.data(), esize, {0, 3}, {3, 1}));
+  ASSERT_OK_AND_ASSIGN(Buffer out, EnqueueReadBack(backend(), *stream,
+                                                   dense.data(), 20 * 16 * esize));
+  ASSERT_OK(stream->Synchronize());
+  const std::vector<uint8_t> all = PatternBytes(0, n, 91);
+  std::vector<uint8_t> expected;
+  for (int64_t i = 0; i < 20; ++i) {
+    for (int64_t j = 0; j < 16; ++j) {
+      int64_t element = offset + i * strides[0] + j * strides[1];
+      expected.push_back(all[element * esize]);
+      expected.push_back(all[element * esize + 1]);
+    }
+  }
+  EXPECT_TRUE(BytesAt(out, 0, expected));
+  EXPECT_THAT(stream->Gather(dense.data(), device.data(), 0, {4}, {1}),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
 TEST_P(BackendConformanceTest, LaterWriteToTheSameRangeWins) {
   const int64_t n = 1 * kMiB;
   ASSERT_OK_AND_ASSIGN(Stream* stream, NewStream("fifo"));
