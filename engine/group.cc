@@ -91,6 +91,7 @@ bool Group::MakeContiguous(int index, double coverage,
   copy.offset = 0;
   entry.tensor = std::move(copy);
   entry.byte_offset = 0;
+  entry.ready = nullptr;  // ready at the group's gathered point
   ++ctx.stats->views_made_contiguous;
   return true;
 }
@@ -185,17 +186,32 @@ Status Group::StartOffload(const GroupContext& ctx) {
     }
     spans_.push_back(std::move(span));
   }
-  if (!copied.empty()) {
-    StatusOr<Event*> gathered = EnsureEvent(gathered_, ctx);
-    if (gathered.ok()) {
-      (void)ctx.compute->Record(**gathered);
-      for (int index : copied) entries_[index].ready = nullptr;
+  Status copies = EnqueueOffloadCopies(!copied.empty(), ctx);
+  if (!copies.ok()) {
+    // The device bytes are intact: keep the group there.
+    ctx.diagnostics->Warn(Where() + ": enqueueing the offload failed (" +
+                          copies.ToString() + "); the group's " +
+                          std::to_string(entries_.size()) +
+                          " tensors stay on device");
+    if (!options.retain_pinned_buffers) {
+      for (Buffer& host : host_) (void)ctx.backend->Free(host, *ctx.d2h);
+      host_.clear();
     }
+    on_device_ = true;
   }
+  state_ = GroupState::kOffloadStarted;
+  return OkStatus();
+}
 
-  // The copies: each span after the ready points of all its tensors.
+Status Group::EnqueueOffloadCopies(bool gathered, const GroupContext& ctx) {
+  if (gathered) {
+    // Contiguous copies are ready once the compute stream reaches here.
+    OFFLOAD_ASSIGN_OR_RETURN(Event * point, EnsureEvent(gathered_, ctx));
+    OFFLOAD_RETURN_IF_ERROR(ctx.compute->Record(*point));
+  }
+  // Each span after the ready points of all its tensors.
   if (host_free_pending_ && host_free_ != nullptr) {
-    (void)ctx.d2h->Wait(*host_free_);  // retained buffers: last reload done
+    OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*host_free_));  // last reload done
     host_free_pending_ = false;
   }
   for (size_t k = 0; k < spans_.size(); ++k) {
@@ -210,10 +226,10 @@ Status Group::StartOffload(const GroupContext& ctx) {
       } else if (std::find(waited.begin(), waited.end(), ready) ==
                  waited.end()) {
         waited.push_back(ready);
-        (void)ctx.d2h->Wait(*ready);
+        OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*ready));
       }
     }
-    if (needs_gathered && gathered_ != nullptr) (void)ctx.d2h->Wait(*gathered_);
+    if (needs_gathered) OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*gathered_));
     OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Copy(
         host_[k].data(),
         static_cast<const char*>(span.device->data()) + span.begin,
@@ -222,9 +238,7 @@ Status Group::StartOffload(const GroupContext& ctx) {
     ctx.stats->bytes_offloaded += span.bytes;
   }
   OFFLOAD_ASSIGN_OR_RETURN(Event * done, EnsureEvent(offload_done_, ctx));
-  OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Record(*done));
-  state_ = GroupState::kOffloadStarted;
-  return OkStatus();
+  return ctx.d2h->Record(*done);
 }
 
 void Group::DropDeviceStorages(const GroupContext& ctx) {
@@ -307,11 +321,24 @@ Status Group::StartReload(const GroupContext& ctx) {
   // The H2D stream may touch the new memory only after its allocation point.
   OFFLOAD_RETURN_IF_ERROR(ctx.compute->Record(*point));
   OFFLOAD_RETURN_IF_ERROR(ctx.h2d->Wait(*point));
+  Status copies = OkStatus();
+  for (size_t k = 0; k < spans_.size() && copies.ok(); ++k) {
+    if (buffers[k].empty()) continue;
+    copies = ctx.h2d->Copy(buffers[k].data(), host_[k].data(), spans_[k].bytes);
+    if (copies.ok()) copies = ctx.h2d->Record(*span_reloaded_[k]);
+  }
+  if (!copies.ok()) {
+    // Free the new memory after whatever copies were enqueued; the host
+    // copy stays for a retry.
+    for (Buffer& b : buffers) {
+      if (!b.empty()) (void)ctx.backend->Free(b, *ctx.h2d);
+    }
+    return Status(copies.code(), "StartReload of " + Where() + ": " +
+                                     copies.message() +
+                                     "; the host copy is kept, retry later");
+  }
   for (size_t k = 0; k < spans_.size(); ++k) {
     if (buffers[k].empty()) continue;
-    OFFLOAD_RETURN_IF_ERROR(
-        ctx.h2d->Copy(buffers[k].data(), host_[k].data(), spans_[k].bytes));
-    OFFLOAD_RETURN_IF_ERROR(ctx.h2d->Record(*span_reloaded_[k]));
     spans_[k].reloaded = std::make_shared<Storage>(std::move(buffers[k]));
     spans_[k].waited = false;
     ctx.stats->bytes_reloaded += spans_[k].bytes;

@@ -55,8 +55,8 @@ class Group {
   // compute stream (or leaves them, with skip_sparse_views), allocates or
   // reuses pinned buffers, and enqueues each span's D2H copy after the ready
   // points of all its tensors, then records the group's finish event.
-  // If pinned memory cannot be had, the group stays on device (a warning;
-  // pops return the tensors as pushed).
+  // If pinned memory cannot be had or a copy cannot be enqueued, the group
+  // stays on device (a warning; pops return the tensors as pushed).
   // Errors: kFailedPrecondition in another state, or when retained pinned
   //   buffers do not fit this iteration's spans.
   Status StartOffload(const GroupContext& ctx);
@@ -115,6 +115,9 @@ class Group {
   // Replaces sparse entry `index` by a contiguous copy made on the compute
   // stream; false (and a warning) if device memory cannot be had.
   bool MakeContiguous(int index, double coverage, const GroupContext& ctx);
+  // Records the gathered point if `gathered` (contiguous copies were made),
+  // then enqueues the D2H copies of every span and the finish event.
+  Status EnqueueOffloadCopies(bool gathered, const GroupContext& ctx);
   // Drops the device storages of spans (and contiguous copies); frees those
   // nobody else holds. Waits first if copies may still read them.
   void DropDeviceStorages(const GroupContext& ctx);
