@@ -1,0 +1,754 @@
+#include "testing/workload.h"
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "testing/tensor_util.h"
+
+namespace offload {
+
+// ---------------------------------------------------------------------------
+// Spec.
+
+ViewOp ViewOp::Slice(int dim, int64_t start, int64_t stop, int64_t step) {
+  ViewOp op;
+  op.kind = Kind::kSlice;
+  op.dim = dim;
+  op.start = start;
+  op.stop = stop;
+  op.step = step;
+  return op;
+}
+
+ViewOp ViewOp::Select(int dim, int64_t index) {
+  ViewOp op;
+  op.kind = Kind::kSelect;
+  op.dim = dim;
+  op.start = index;
+  return op;
+}
+
+ViewOp ViewOp::Transpose(int d0, int d1) {
+  ViewOp op;
+  op.kind = Kind::kTranspose;
+  op.dim = d0;
+  op.dim2 = d1;
+  return op;
+}
+
+ViewOp ViewOp::Reshape(std::vector<int64_t> shape) {
+  ViewOp op;
+  op.kind = Kind::kReshape;
+  op.shape = std::move(shape);
+  return op;
+}
+
+StatusOr<Tensor> ApplyViewOps(const Tensor& tensor,
+                              const std::vector<ViewOp>& ops) {
+  Tensor view = tensor;
+  for (const ViewOp& op : ops) {
+    StatusOr<Tensor> next = InvalidArgumentError("unknown view op");
+    switch (op.kind) {
+      case ViewOp::Kind::kSlice:
+        next = Slice(view, op.dim, op.start, op.stop, op.step);
+        break;
+      case ViewOp::Kind::kSelect:
+        next = Select(view, op.dim, op.start);
+        break;
+      case ViewOp::Kind::kTranspose:
+        next = Transpose(view, op.dim, op.dim2);
+        break;
+      case ViewOp::Kind::kReshape:
+        next = Reshape(view, op.shape);
+        break;
+    }
+    if (!next.ok()) return next.status();
+    view = std::move(next).value();
+  }
+  return view;
+}
+
+namespace {
+
+int64_t BufferBytes(const BufferSpec& buffer) {
+  int64_t bytes = DTypeSize(buffer.dtype);
+  for (int64_t size : buffer.shape) bytes *= size;
+  return bytes;
+}
+
+}  // namespace
+
+int64_t WorkloadSpec::ActivationBytes(int layer) const {
+  int64_t bytes = 0;
+  for (const BufferSpec& buffer : layers[layer].buffers) {
+    if (!buffer.persistent) bytes += BufferBytes(buffer);
+  }
+  return bytes;
+}
+
+int64_t WorkloadSpec::TotalActivationBytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    bytes += ActivationBytes(static_cast<int>(i));
+  }
+  return bytes;
+}
+
+Status ValidateWorkloadSpec(const WorkloadSpec& spec) {
+  if (spec.layers.empty()) {
+    return InvalidArgumentError("workload spec has no layers");
+  }
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer = spec.layers[i];
+    const std::string where = "workload spec layer " + std::to_string(i);
+    if (layer.forward_ns < 0 || layer.backward_ns < 0) {
+      return InvalidArgumentError(where + ": negative compute duration");
+    }
+    for (const BufferSpec& buffer : layer.buffers) {
+      if (buffer.name.empty()) {
+        return InvalidArgumentError(where + ": a buffer has no name");
+      }
+      for (int64_t size : buffer.shape) {
+        if (size < 0) {
+          return InvalidArgumentError(where + " buffer '" + buffer.name +
+                                      "': negative size");
+        }
+      }
+    }
+    for (const SaveSpec& save : layer.saves) {
+      if (save.name.empty()) {
+        return InvalidArgumentError(where + ": a save has no name");
+      }
+      int present = 0;
+      for (const std::optional<ViewSpec>& component : save.components) {
+        if (!component.has_value()) continue;
+        ++present;
+        if (component->buffer < 0 ||
+            static_cast<size_t>(component->buffer) >= layer.buffers.size()) {
+          return InvalidArgumentError(
+              where + " save '" + save.name + "': buffer index " +
+              std::to_string(component->buffer) + " out of range");
+        }
+      }
+      if (!save.composite && (present != 1 || save.components.size() != 1)) {
+        return InvalidArgumentError(where + " save '" + save.name +
+                                    "': a plain save needs exactly one "
+                                    "component");
+      }
+      if (save.composite && present == 0) {
+        return InvalidArgumentError(where + " save '" + save.name +
+                                    "': a composite needs a component");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+WorkloadSpec UniformWorkloadSpec(int layers, int64_t bytes_per_layer,
+                                 int tensors_per_layer, int64_t forward_ns,
+                                 int64_t backward_ns) {
+  WorkloadSpec spec;
+  if (layers < 1 || bytes_per_layer < 1 || tensors_per_layer < 1 ||
+      forward_ns < 0 || backward_ns < 0) {
+    return spec;
+  }
+  const int64_t elements =
+      std::max<int64_t>(1, bytes_per_layer / tensors_per_layer / 2);
+  std::vector<int64_t> shape = {elements};
+  if (elements % 1024 == 0) shape = {elements / 1024, 1024};
+  for (int i = 0; i < layers; ++i) {
+    LayerSpec layer;
+    layer.forward_ns = forward_ns;
+    layer.backward_ns = backward_ns;
+    for (int t = 0; t < tensors_per_layer; ++t) {
+      const std::string name = "act" + std::to_string(t);
+      layer.buffers.push_back(BufferSpec{name, DType::kBF16, shape, false});
+      layer.saves.push_back(SaveSpec{name, false, {ViewSpec{t, {}, {}}}, {}});
+    }
+    spec.layers.push_back(std::move(layer));
+  }
+  return spec;
+}
+
+WorkloadSpec RandomWorkloadSpec(uint64_t seed,
+                                const RandomSpecOptions& options) {
+  WorkloadSpec spec;
+  spec.seed = seed;
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  auto pick = [&](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  auto chance = [&](int percent) { return pick(1, 100) <= percent; };
+  const int64_t threshold = std::max<int64_t>(options.min_offload_elements, 1);
+  for (int i = 0; i < options.layers; ++i) {
+    LayerSpec layer;
+    layer.forward_ns = pick(options.min_forward_ns,
+                            std::max(options.min_forward_ns,
+                                     options.max_forward_ns));
+    layer.backward_ns = 2 * layer.forward_ns;
+    const int64_t batch = pick(1, 2);
+    const int64_t heads = int64_t{1} << pick(1, 2);     // 2 or 4
+    const int64_t head_dim = int64_t{8} << pick(0, 1);  // 8 or 16
+    const int64_t hidden = heads * head_dim;
+    // seq * batch * hidden >= 2 * threshold: the large tensors are offloaded.
+    int64_t seq = (2 * threshold + batch * hidden - 1) / (batch * hidden);
+    seq = (seq + 7) / 8 * 8 + 8 * pick(0, 2);
+    const int64_t tokens = seq * batch;
+
+    auto buffer = [&](std::string name, DType dtype,
+                      std::vector<int64_t> shape, bool persistent = false) {
+      layer.buffers.push_back(
+          BufferSpec{std::move(name), dtype, std::move(shape), persistent});
+      return static_cast<int>(layer.buffers.size()) - 1;
+    };
+    auto save = [&](std::string name, int index, std::vector<ViewOp> ops = {},
+                    TensorFlags flags = {}) {
+      layer.saves.push_back(SaveSpec{
+          std::move(name), false, {ViewSpec{index, std::move(ops), flags}}, {}});
+    };
+
+    const int input = buffer("input", DType::kBF16, {seq, batch, hidden});
+    save("input", input);
+
+    // Fused qkv, interleaved per head: [s, b, heads, 3 * head_dim].
+    const int qkv =
+        buffer("qkv", DType::kBF16, {seq, batch, heads, 3 * head_dim});
+    const char* parts[] = {"q", "k", "v"};
+    for (int p = 0; p < 3; ++p) {
+      save(std::string("qkv.") + parts[p], qkv,
+           {ViewOp::Slice(3, p * head_dim, (p + 1) * head_dim)});
+    }
+    if (chance(40)) save("qkv", qkv);
+
+    // Attention output: storage [b, s, heads, head_dim]; the kernel's
+    // [b, heads, s, head_dim] output is a strided view of it; the next
+    // layer saves the contiguous [b, s, hidden] view taken from it.
+    const int attn =
+        buffer("attn_out", DType::kBF16, {batch, seq, heads, head_dim});
+    save("attn_out", attn,
+         {ViewOp::Transpose(1, 2), ViewOp::Transpose(1, 2),
+          ViewOp::Reshape({batch, seq, hidden})});
+    if (chance(50)) save("attn_out.base", attn, {ViewOp::Transpose(1, 2)});
+
+    // MLP activation: saved 1-3 times, and as its transpose.
+    const int fc1 = buffer("fc1", DType::kBF16, {tokens, 4 * hidden});
+    const int64_t copies = pick(1, 3);
+    for (int64_t c = 0; c < copies; ++c) {
+      save(c == 0 ? "fc1" : "fc1.again" + std::to_string(c), fc1);
+    }
+    if (chance(60)) save("fc1.T", fc1, {ViewOp::Transpose(0, 1)});
+
+    // Softmax statistics: small, stays on device.
+    const int lse = buffer("softmax_lse", DType::kF32, {batch, heads, seq});
+    save("softmax_lse", lse);
+
+    // FP8-style composite: data, transposed data, an absent component
+    // sometimes, a one-element scale; metadata describing the recipe.
+    const int data = buffer("fp8.data", DType::kFP8E4M3, {tokens, hidden});
+    const int data_t = buffer("fp8.data_t", DType::kFP8E4M3, {hidden, tokens});
+    const int scale = buffer("fp8.scale_inv", DType::kF32, {1});
+    SaveSpec fp8;
+    fp8.name = "fp8";
+    fp8.composite = true;
+    fp8.components.push_back(ViewSpec{data, {}, {}});
+    if (chance(30)) {
+      fp8.components.push_back(std::nullopt);
+    } else {
+      fp8.components.push_back(ViewSpec{data_t, {}, {}});
+    }
+    fp8.components.push_back(ViewSpec{scale, {}, {}});
+    fp8.metadata = {static_cast<uint8_t>(i), 0xE4, 0x43,
+                    static_cast<uint8_t>(pick(0, 255))};
+    layer.saves.push_back(std::move(fp8));
+
+    // Do-not-offload mask, a weight and a parameter.
+    const int mask = buffer("mask", DType::kU8, {tokens, 2 * hidden});
+    TensorFlags keep;
+    keep.do_not_offload = true;
+    save("mask", mask, {}, keep);
+    const int weight =
+        buffer("weight", DType::kBF16, {hidden, hidden}, /*persistent=*/true);
+    TensorFlags weight_flags;
+    weight_flags.weight = true;
+    save("weight", weight, {}, weight_flags);
+    const int bias =
+        buffer("bias", DType::kF32, {4 * hidden}, /*persistent=*/true);
+    TensorFlags parameter;
+    parameter.parameter = true;
+    save("bias", bias, {}, parameter);
+
+    if (options.sparse_views) {
+      // Every 8th row of a large buffer: covers 1/8 of its storage, yet has
+      // more elements than the threshold.
+      const int big = buffer("sparse_src", DType::kBF16,
+                             {8 * ((2 * threshold + hidden - 1) / hidden),
+                              hidden});
+      save("sparse", big,
+           {ViewOp::Slice(0, 0, layer.buffers[big].shape[0], 8)});
+    }
+    spec.layers.push_back(std::move(layer));
+  }
+  return spec;
+}
+
+// ---------------------------------------------------------------------------
+// Capture.
+
+StatusOr<BytesFuture> CaptureByCopy(Backend& backend, const Tensor& tensor) {
+  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor));
+  if (tensor.numel() == 0) {
+    return BytesFuture([]() -> StatusOr<std::vector<uint8_t>> {
+      return std::vector<uint8_t>();
+    });
+  }
+  auto [begin, end] = tensor.ByteExtent();
+  OFFLOAD_ASSIGN_OR_RETURN(Buffer pinned, backend.AllocatePinned(end - begin));
+  const auto* source = static_cast<const uint8_t*>(tensor.storage->data());
+  OFFLOAD_RETURN_IF_ERROR(backend.ComputeStream().Copy(
+      pinned.data(), source + begin, end - begin));
+  auto held = std::make_shared<Buffer>(std::move(pinned));
+  Tensor geometry = tensor;
+  geometry.storage = nullptr;
+  geometry.ready = nullptr;
+  return BytesFuture([held, geometry, begin = begin,
+                      end = end]() -> StatusOr<std::vector<uint8_t>> {
+    return GatherViewBytes(
+        std::span<const uint8_t>(static_cast<const uint8_t*>(held->data()),
+                                 static_cast<size_t>(end - begin)),
+        begin, geometry);
+  });
+}
+
+std::string Mismatch::ToString() const {
+  return "iteration " + std::to_string(iteration) + " layer " +
+         std::to_string(layer) + " '" + tensor + "': " + what;
+}
+
+// ---------------------------------------------------------------------------
+// The driver.
+
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Seed of buffer `buffer` of `layer` in `iteration` (-1: persistent).
+uint64_t BufferSeed(uint64_t seed, int64_t iteration, int layer, int buffer) {
+  return Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(iteration + 2)) ^
+             (static_cast<uint64_t>(layer) << 20) ^
+             static_cast<uint64_t>(buffer));
+}
+
+std::string ShapeText(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += (i > 0 ? ", " : "") + std::to_string(values[i]);
+  }
+  return out + "]";
+}
+
+bool SameFlags(const TensorFlags& a, const TensorFlags& b) {
+  return a.parameter == b.parameter && a.weight == b.weight &&
+         a.do_not_offload == b.do_not_offload &&
+         a.offload_base == b.offload_base;
+}
+
+// What a pushed tensor (or composite component) must look like when popped.
+struct Expected {
+  std::string name;
+  Tensor geometry;  // as pushed, without storage or ready event
+  uint64_t seed = 0;
+  bool must_be_kept = false;
+  const Storage* storage = nullptr;  // identity only; valid if must_be_kept
+};
+
+struct Pushed {
+  SavedTensor handle;
+  bool composite = false;
+  std::string name;
+  std::vector<std::optional<Expected>> components;
+  std::vector<uint8_t> metadata;
+};
+
+struct PendingCheck {
+  int layer = 0;
+  Expected expected;
+  BytesFuture bytes;
+};
+
+class Driver {
+ public:
+  Driver(Backend& backend, Offloader& offloader, const WorkloadSpec& spec,
+         const WorkloadHooks& hooks, const WorkloadOptions& options)
+      : backend_(backend),
+        offloader_(offloader),
+        spec_(spec),
+        hooks_(hooks),
+        options_(options) {
+    if (!hooks_.make_tensor) hooks_.make_tensor = MakeDeviceTensor;
+    if (!hooks_.capture) hooks_.capture = CaptureByCopy;
+  }
+
+  // Makes the persistent buffers.
+  Status Init() {
+    persistent_.resize(spec_.layers.size());
+    for (size_t i = 0; i < spec_.layers.size(); ++i) {
+      const LayerSpec& layer = spec_.layers[i];
+      persistent_[i].resize(layer.buffers.size());
+      for (size_t b = 0; b < layer.buffers.size(); ++b) {
+        if (!layer.buffers[b].persistent) continue;
+        OFFLOAD_ASSIGN_OR_RETURN(
+            persistent_[i][b],
+            MakeBuffer(static_cast<int>(i), static_cast<int>(b), -1));
+      }
+    }
+    return OkStatus();
+  }
+
+  // Runs one iteration; appends its mismatches and counts to `result`.
+  Status RunIteration(int iteration, WorkloadResult& result) {
+    Status status = Iteration(iteration, result);
+    if (!status.ok()) {
+      // Pending captures may still be read by the device: let it finish
+      // before they are dropped.
+      (void)backend_.ComputeStream().Synchronize();
+      pending_.clear();
+    }
+    return status;
+  }
+
+ private:
+  void Notify(WorkloadPhase phase, int iteration, int layer) {
+    if (hooks_.observer) hooks_.observer(WorkloadEvent{phase, iteration, layer});
+  }
+
+  StatusOr<Tensor> MakeBuffer(int layer, int buffer, int64_t iteration) {
+    const BufferSpec& spec = spec_.layers[layer].buffers[buffer];
+    const uint64_t seed = BufferSeed(spec_.seed, iteration, layer, buffer);
+    StatusOr<Tensor> tensor =
+        hooks_.make_tensor(backend_, spec.dtype, spec.shape, seed);
+    if (!tensor.ok()) {
+      return tensor.status().WithContext("layer " + std::to_string(layer) +
+                                         " buffer '" + spec.name + "'");
+    }
+    tensor->name = "L" + std::to_string(layer) + "." + spec.name;
+    return tensor;
+  }
+
+  // The expectation for `view` of buffer `buffer` of `layer`.
+  Expected Expect(int layer, const Tensor& view, uint64_t seed) const {
+    Expected expected;
+    expected.name = view.name;
+    expected.geometry = view;
+    expected.geometry.storage = nullptr;
+    expected.geometry.ready = nullptr;
+    expected.seed = seed;
+    expected.storage = view.storage.get();
+    expected.must_be_kept =
+        options_.min_offload_elements >= 0 &&
+        (view.flags.parameter || view.flags.weight ||
+         view.flags.do_not_offload ||
+         view.numel() < options_.min_offload_elements ||
+         !offloader_.WillOffload(layer));
+    return expected;
+  }
+
+  Status Iteration(int iteration, WorkloadResult& result) {
+    const int n = static_cast<int>(spec_.layers.size());
+    const int64_t begin_ns = hooks_.clock ? hooks_.clock() : 0;
+    Stream& compute = backend_.ComputeStream();
+    std::vector<std::vector<Pushed>> pushed(n);
+    auto context = [&](int layer, const std::string& call) {
+      return "iteration " + std::to_string(iteration) + " layer " +
+             std::to_string(layer) + " " + call;
+    };
+
+    for (int i = 0; i < n; ++i) {
+      const LayerSpec& layer = spec_.layers[i];
+      Notify(WorkloadPhase::kForwardBegin, iteration, i);
+      StatusOr<int> id = offloader_.ForwardStep();
+      if (!id.ok()) return id.status().WithContext(context(i, "ForwardStep"));
+      if (*id != i) {
+        return InternalError(context(i, "ForwardStep") + " returned layer " +
+                             std::to_string(*id));
+      }
+      // The driver's own references: dropped at the end of this scope.
+      std::vector<Tensor> buffers(layer.buffers.size());
+      std::vector<uint64_t> seeds(layer.buffers.size());
+      for (size_t b = 0; b < layer.buffers.size(); ++b) {
+        const bool persistent = layer.buffers[b].persistent;
+        seeds[b] = BufferSeed(spec_.seed, persistent ? -1 : iteration, i,
+                              static_cast<int>(b));
+        if (persistent) {
+          buffers[b] = persistent_[i][b];
+        } else {
+          OFFLOAD_ASSIGN_OR_RETURN(buffers[b],
+                                   MakeBuffer(i, static_cast<int>(b), iteration));
+        }
+      }
+      Notify(WorkloadPhase::kBuffersMade, iteration, i);
+      ComputeCall forward{"forward L" + std::to_string(i), layer.forward_ns,
+                          {}, {}};
+      for (size_t b = 0; b < buffers.size(); ++b) {
+        if (buffers[b].numel() == 0) continue;
+        (layer.buffers[b].persistent ? forward.reads : forward.writes)
+            .push_back(&buffers[b]);
+      }
+      OFFLOAD_RETURN_IF_ERROR(hooks_.compute(compute, forward)
+                                  .WithContext(context(i, "forward compute")));
+      Notify(WorkloadPhase::kForwardComputed, iteration, i);
+
+      for (const SaveSpec& save : layer.saves) {
+        const std::string name = "L" + std::to_string(i) + "." + save.name;
+        Pushed entry;
+        entry.composite = save.composite;
+        entry.name = name;
+        entry.metadata = save.metadata;
+        CompositeTensor composite;
+        composite.name = name;
+        composite.metadata = save.metadata;
+        for (size_t c = 0; c < save.components.size(); ++c) {
+          const std::optional<ViewSpec>& component = save.components[c];
+          if (!component.has_value()) {
+            composite.components.push_back(std::nullopt);
+            entry.components.push_back(std::nullopt);
+            continue;
+          }
+          StatusOr<Tensor> view =
+              ApplyViewOps(buffers[component->buffer], component->ops);
+          if (!view.ok()) {
+            return view.status().WithContext(context(i, "view '" + name + "'"));
+          }
+          view->flags = component->flags;
+          view->name =
+              save.composite ? name + "." + std::to_string(c) : name;
+          entry.components.push_back(
+              Expect(i, *view, seeds[component->buffer]));
+          composite.components.push_back(std::move(view).value());
+        }
+        StatusOr<SavedTensor> handle =
+            save.composite ? offloader_.Push(composite)
+                           : offloader_.Push(*composite.components[0]);
+        if (!handle.ok()) {
+          return handle.status().WithContext(context(i, "Push '" + name + "'"));
+        }
+        entry.handle = std::move(handle).value();
+        pushed[i].push_back(std::move(entry));
+      }
+      Notify(WorkloadPhase::kPushed, iteration, i);
+    }
+
+    for (int i = n - 1; i >= 0; --i) {
+      const LayerSpec& layer = spec_.layers[i];
+      Notify(WorkloadPhase::kBackwardBegin, iteration, i);
+      OFFLOAD_RETURN_IF_ERROR(
+          offloader_.BackwardStep(i).WithContext(context(i, "BackwardStep")));
+      // Popped tensors with their expectations; dropped after this layer.
+      std::vector<std::pair<Tensor, const Expected*>> popped;
+      for (Pushed& entry : pushed[i]) {
+        if (!entry.composite) {
+          StatusOr<Tensor> tensor = offloader_.Pop(entry.handle);
+          if (!tensor.ok()) {
+            return tensor.status().WithContext(
+                context(i, "Pop '" + entry.name + "'"));
+          }
+          popped.emplace_back(std::move(tensor).value(),
+                              &*entry.components[0]);
+          continue;
+        }
+        StatusOr<CompositeTensor> composite =
+            offloader_.PopComposite(entry.handle);
+        if (!composite.ok()) {
+          return composite.status().WithContext(
+              context(i, "PopComposite '" + entry.name + "'"));
+        }
+        CheckComposite(iteration, i, entry, *composite, result, popped);
+      }
+      Notify(WorkloadPhase::kPopped, iteration, i);
+      ComputeCall backward{"backward L" + std::to_string(i), layer.backward_ns,
+                           {}, {}};
+      for (const auto& [tensor, expected] : popped) {
+        if (tensor.numel() > 0) backward.reads.push_back(&tensor);
+      }
+      OFFLOAD_RETURN_IF_ERROR(hooks_.compute(compute, backward)
+                                  .WithContext(context(i, "backward compute")));
+      Notify(WorkloadPhase::kBackwardComputed, iteration, i);
+      for (const auto& [tensor, expected] : popped) {
+        if (!CheckGeometry(iteration, i, tensor, *expected, result)) continue;
+        if (!options_.check_bytes) continue;
+        StatusOr<BytesFuture> future = hooks_.capture(backend_, tensor);
+        if (!future.ok()) {
+          return future.status().WithContext(
+              context(i, "capture '" + expected->name + "'"));
+        }
+        pending_.push_back(
+            PendingCheck{i, *expected, std::move(future).value()});
+      }
+      // Autograd frees the saved tensors once the layer's backward is done.
+      popped.clear();
+      pushed[i].clear();
+    }
+    OFFLOAD_RETURN_IF_ERROR(offloader_.FinishBackward().WithContext(
+        "iteration " + std::to_string(iteration) + " FinishBackward"));
+    OFFLOAD_RETURN_IF_ERROR(compute.Synchronize());
+    if (hooks_.clock) result.iteration_ns.push_back(hooks_.clock() - begin_ns);
+
+    for (PendingCheck& check : pending_) {
+      StatusOr<std::vector<uint8_t>> got = check.bytes();
+      if (!got.ok()) {
+        return got.status().WithContext(
+            context(check.layer, "reading '" + check.expected.name + "'"));
+      }
+      std::vector<uint8_t> want =
+          PatternTensorBytes(check.expected.geometry, check.expected.seed);
+      if (options_.tamper_expected) {
+        options_.tamper_expected(iteration, check.layer, check.expected.name,
+                                 want);
+      }
+      ++result.tensors_checked;
+      result.bytes_checked += static_cast<int64_t>(want.size());
+      CompareBytes(iteration, check.layer, check.expected.name, *got, want,
+                   result);
+    }
+    pending_.clear();
+    ++result.iterations;
+    Notify(WorkloadPhase::kIterationEnd, iteration, -1);
+    return OkStatus();
+  }
+
+  // Checks a popped composite's name, metadata and component presence, and
+  // adds its present components to `popped`.
+  void CheckComposite(
+      int iteration, int layer, const Pushed& entry, CompositeTensor& composite,
+      WorkloadResult& result,
+      std::vector<std::pair<Tensor, const Expected*>>& popped) {
+    auto mismatch = [&](std::string what) {
+      result.mismatches.push_back(
+          Mismatch{iteration, layer, entry.name, std::move(what)});
+    };
+    if (composite.name != entry.name) {
+      mismatch("composite popped with name '" + composite.name + "'");
+    }
+    if (composite.metadata != entry.metadata) {
+      mismatch("composite metadata differs");
+    }
+    if (composite.components.size() != entry.components.size()) {
+      mismatch("composite has " + std::to_string(composite.components.size()) +
+               " components, pushed " +
+               std::to_string(entry.components.size()));
+      return;
+    }
+    for (size_t c = 0; c < entry.components.size(); ++c) {
+      const bool want = entry.components[c].has_value();
+      const bool got = composite.components[c].has_value();
+      if (want != got) {
+        mismatch("component " + std::to_string(c) +
+                 (want ? " is missing" : " appeared"));
+        continue;
+      }
+      if (want) {
+        popped.emplace_back(std::move(*composite.components[c]),
+                            &*entry.components[c]);
+      }
+    }
+  }
+
+  // Compares a popped tensor's metadata with what was pushed; false (and a
+  // mismatch) if its bytes cannot be compared.
+  bool CheckGeometry(int iteration, int layer, const Tensor& got,
+                     const Expected& want, WorkloadResult& result) {
+    auto mismatch = [&](std::string what) {
+      result.mismatches.push_back(
+          Mismatch{iteration, layer, want.name, std::move(what)});
+    };
+    const Tensor& g = want.geometry;
+    Status valid = ValidateTensor(got);
+    if (!valid.ok()) {
+      mismatch("malformed: " + valid.ToString());
+      return false;
+    }
+    const bool strides_ok =
+        got.strides == g.strides ||
+        (options_.allow_made_contiguous && got.IsContiguous());
+    if (got.dtype != g.dtype || got.shape != g.shape || !strides_ok) {
+      mismatch("popped as " + got.Describe() + ", pushed " + g.Describe());
+      return false;
+    }
+    if (got.name != g.name) mismatch("popped with name '" + got.name + "'");
+    if (!SameFlags(got.flags, g.flags)) mismatch("flags changed");
+    if (got.storage->space() != MemorySpace::kDevice) {
+      mismatch("popped outside device memory");
+    }
+    if (want.must_be_kept) {
+      if (got.storage.get() != want.storage || got.offset != g.offset) {
+        mismatch("must not be offloaded but came back as another view " +
+                 got.Describe());
+      } else {
+        ++result.tensors_kept;
+      }
+    }
+    return true;
+  }
+
+  void CompareBytes(int iteration, int layer, const std::string& name,
+                    const std::vector<uint8_t>& got,
+                    const std::vector<uint8_t>& want, WorkloadResult& result) {
+    if (got.size() != want.size()) {
+      result.mismatches.push_back(Mismatch{
+          iteration, layer, name,
+          "read " + std::to_string(got.size()) + " bytes, want " +
+              std::to_string(want.size())});
+      return;
+    }
+    size_t differing = 0, first = 0;
+    for (size_t b = 0; b < got.size(); ++b) {
+      if (got[b] != want[b] && differing++ == 0) first = b;
+    }
+    if (differing == 0) return;
+    result.mismatches.push_back(Mismatch{
+        iteration, layer, name,
+        std::to_string(differing) + " of " + std::to_string(got.size()) +
+            " bytes differ; the first at logical byte " +
+            std::to_string(first) + ": got " + std::to_string(got[first]) +
+            ", want " + std::to_string(want[first])});
+  }
+
+  Backend& backend_;
+  Offloader& offloader_;
+  const WorkloadSpec& spec_;
+  WorkloadHooks hooks_;
+  const WorkloadOptions& options_;
+  std::vector<std::vector<Tensor>> persistent_;  // [layer][buffer]
+  std::vector<PendingCheck> pending_;
+};
+
+}  // namespace
+
+StatusOr<WorkloadResult> RunWorkload(Backend& backend, Offloader& offloader,
+                                     const WorkloadSpec& spec,
+                                     const WorkloadHooks& hooks,
+                                     const WorkloadOptions& options) {
+  OFFLOAD_RETURN_IF_ERROR(ValidateWorkloadSpec(spec));
+  if (!hooks.compute) {
+    return InvalidArgumentError("RunWorkload: no compute hook");
+  }
+  if (options.iterations < 0) {
+    return InvalidArgumentError("RunWorkload: negative iteration count");
+  }
+  Driver driver(backend, offloader, spec, hooks, options);
+  OFFLOAD_RETURN_IF_ERROR(driver.Init());
+  WorkloadResult result;
+  for (int it = 0; it < options.iterations; ++it) {
+    OFFLOAD_RETURN_IF_ERROR(driver.RunIteration(it, result));
+  }
+  return result;
+}
+
+}  // namespace offload
