@@ -37,20 +37,6 @@ using ::testing::SizeIs;
 
 constexpr int64_t kElements = 256 * 1024;  // f32: 1 MiB, offloadable
 
-OffloadOptions DefaultOptions(int layers, int offloaded) {
-  OffloadOptions options;
-  options.model_layers = layers;
-  options.offloaded_layers = offloaded;
-  return options;
-}
-
-OffloadOptions ManualOptions(int layers) {
-  OffloadOptions options;
-  options.model_layers = layers;
-  options.manual_synchronization = true;
-  return options;
-}
-
 class OffloaderErrorTest : public SimOffloadTest {
  protected:
   // Pushes a fresh 1 MiB f32 tensor of pattern `seed` in the open layer and

@@ -164,6 +164,93 @@ class SimOffloadTest : public ::testing::Test {
   std::unique_ptr<SimBackend> sim_ = NewSimBackend(SimOptions{});
 };
 
+// A pushed tensor as a test remembers it once it dropped the tensor.
+struct Pushed {
+  SavedTensor handle;
+  Tensor geometry;  // dtype, shape, strides, offset, flags (no storage)
+  std::vector<uint8_t> expected;
+};
+
+// Fixture of the round-trip tests: pushes tensors whose expected bytes it
+// remembers, and pops and checks them in the backward.
+class OffloaderTest : public SimOffloadTest {
+ protected:
+  // Pushes `view` (whose storage was filled with pattern `seed`) and
+  // remembers what Pop must give back.
+  void PushAndRemember(Offloader& offloader, const Tensor& view, uint64_t seed,
+                       std::vector<Pushed>& out) {
+    ASSERT_OK_AND_ASSIGN(SavedTensor handle, offloader.Push(view));
+    out.push_back(
+        Pushed{std::move(handle), Geometry(view), PatternTensorBytes(view, seed)});
+  }
+
+  // The backward of one layer: pops its tensors in reverse push order,
+  // checks each against what was pushed (reading it on the compute stream),
+  // runs a backward kernel reading them, then drops them.
+  void PopAndCheck(Offloader& offloader, std::vector<Pushed>& pushed,
+                   int64_t backward_ns = 0) {
+    std::vector<Tensor> popped;
+    for (auto it = pushed.rbegin(); it != pushed.rend(); ++it) {
+      ASSERT_OK_AND_ASSIGN(Tensor t, offloader.Pop(it->handle));
+      EXPECT_EQ(t.dtype, it->geometry.dtype) << it->geometry.Describe();
+      EXPECT_EQ(t.shape, it->geometry.shape) << it->geometry.Describe();
+      EXPECT_EQ(t.strides, it->geometry.strides) << it->geometry.Describe();
+      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
+                           ReadTensorBytes(*sim_, t));
+      EXPECT_TRUE(BytesEqual(bytes, it->expected)) << it->geometry.Describe();
+      popped.push_back(std::move(t));
+    }
+    ASSERT_OK(Consume(*sim_, popped, backward_ns));
+    pushed.clear();
+  }
+
+  // One iteration over `saved` (one entry per layer, filled by the forward
+  // the caller already ran): backward in reverse layer order, then
+  // FinishBackward.
+  void BackwardAll(Offloader& offloader,
+                   std::vector<std::vector<Pushed>>& saved) {
+    for (int layer = static_cast<int>(saved.size()) - 1; layer >= 0; --layer) {
+      ASSERT_OK(offloader.BackwardStep(layer));
+      ASSERT_NO_FATAL_FAILURE(PopAndCheck(offloader, saved[layer]));
+    }
+    ASSERT_OK(offloader.FinishBackward());
+  }
+
+  // A forward of `layers` layers, each saving `per_layer` tensors of f32
+  // [256 Ki] (1 MiB, exactly the default min_offload_elements) made after
+  // the layer's ForwardStep.
+  void ForwardUniform(Offloader& offloader, int layers, int per_layer,
+                      std::vector<std::vector<Pushed>>& saved,
+                      uint64_t seed_base = 1) {
+    saved.assign(layers, {});
+    for (int layer = 0; layer < layers; ++layer) {
+      ASSERT_THAT(offloader.ForwardStep(), IsOkAndHolds(layer));
+      for (int i = 0; i < per_layer; ++i) {
+        uint64_t seed = seed_base + 100 * layer + i;
+        ASSERT_OK_AND_ASSIGN(
+            Tensor t, MakeDeviceTensor(*sim_, DType::kF32, {256 * 1024}, seed));
+        ASSERT_NO_FATAL_FAILURE(PushAndRemember(offloader, t, seed, saved[layer]));
+      }
+    }
+  }
+};
+
+// Options for the default k-of-n schedule.
+inline OffloadOptions DefaultOptions(int layers, int offloaded) {
+  OffloadOptions options;
+  options.model_layers = layers;
+  options.offloaded_layers = offloaded;
+  return options;
+}
+
+// Options for manual synchronization.
+inline OffloadOptions ManualOptions(int layers) {
+  OffloadOptions options;
+  options.model_layers = layers;
+  options.manual_synchronization = true;
+  return options;
+}
+
 }  // namespace offload_test
 }  // namespace offload
 
