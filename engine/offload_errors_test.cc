@@ -656,6 +656,42 @@ TEST_F(RetainTest, ShapeChangeBetweenIterationsIsAClearError) {
   sim_->RunUntilIdle();
 }
 
+// Autograd does not unpack every saved tensor (a branch whose gradient is not
+// needed). A reloaded span nobody popped is still being written by its H2D
+// copy when the group is released: freeing it, or reusing a retained pinned
+// buffer in the next iteration, must wait for that copy. No host
+// synchronization anywhere, so only stream order protects the memory.
+//
+// DISABLED: engine bug. Group::ReleaseAll frees a reloaded span on the
+// compute stream without making it wait for the span's reload event when no
+// Pop did: free-during-use of device#N on 'compute' vs the H2D copy
+// pinned -> device#N on 'offload_h2d'.
+TEST_F(RetainTest, DISABLED_ReloadedTensorsThatAreNeverPoppedAreFreedSafely) {
+  OffloadOptions options = DefaultOptions(3, 1);
+  options.retain_pinned_buffers = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
+                       Offloader::Create(*sim_, options));
+  for (int iteration = 1; iteration <= 3; ++iteration) {
+    for (int layer = 0; layer < 3; ++layer) {
+      ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(layer));
+      ASSERT_OK_AND_ASSIGN(
+          Tensor t, Produce(*sim_, DType::kF32, {kElements}, 10 * iteration,
+                            1000));
+      ASSERT_OK(offloader->Push(t).status());  // the handle is dropped
+    }
+    for (int layer = 2; layer >= 0; --layer) {
+      ASSERT_OK(offloader->BackwardStep(layer));
+      ASSERT_OK(sim_->EnqueueKernel(sim_->ComputeStream(),
+                                    SimKernel{"backward", 1000, {}, {}, nullptr}));
+    }
+    ASSERT_OK(offloader->FinishBackward());
+  }
+  EXPECT_EQ(offloader->stats().bytes_reloaded, 3 * 4 * kElements);
+  EXPECT_EQ(offloader->stats().pinned_allocations, 1);
+  sim_->RunUntilIdle();
+  EXPECT_EQ(sim_->device_memory().live_bytes, 0);
+}
+
 // ------------------------------------------------------------ faults
 
 // SPEC §6.7: a pinned allocation that fails leaves the group on device, with
