@@ -122,6 +122,24 @@ TEST_F(OffloaderTest, ManualModeRunsAllCopiesOnTheGivenOffloadStream) {
   EXPECT_EQ(side_h2d, 2);
 }
 
+// Manual mode: a layer whose offload started but whose memory was never
+// released still has its tensors on device; Pop gives them back, and the
+// group's end waits for the copies still reading them.
+TEST_F(OffloaderTest, ManualOffloadStartedButNotReleasedPopsFromDevice) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
+                       Offloader::Create(*sim_, ManualOptions(2)));
+  std::vector<std::vector<Pushed>> saved;
+  ASSERT_NO_FATAL_FAILURE(ForwardUniform(*offloader, 2, 2, saved));
+  ASSERT_OK(offloader->StartOffload(0));
+  ASSERT_OK(offloader->StartOffload(1));
+  EXPECT_EQ(offloader->state(0), GroupState::kOffloadStarted);
+  ASSERT_NO_FATAL_FAILURE(BackwardAll(*offloader, saved));
+  sim_->RunUntilIdle();
+  EXPECT_EQ(offloader->stats().bytes_reloaded, 0);
+  EXPECT_EQ(sim_->device_memory().live_bytes, 0);
+  EXPECT_EQ(sim_->pinned_memory().live_bytes, 0);
+}
+
 // ------------------------------------------------------------ scheduling
 
 // The default schedule for n = 5, k = 2 drives the group states (SPEC §4.1):

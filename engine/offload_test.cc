@@ -288,6 +288,30 @@ TEST_F(OffloaderTest, SparseViewStaysOnDeviceWithSkipSparseViews) {
   ASSERT_OK(offloader->FinishBackward());
 }
 
+// A tensor saved by two layers (a residual): each offloaded layer copies it;
+// its device memory stays while the other layer still holds it, and both
+// handles pop it exactly.
+TEST_F(OffloaderTest, TensorSavedByTwoOffloadedLayersRoundTrips) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
+                       Offloader::Create(*sim_, DefaultOptions(4, 2)));
+  std::vector<std::vector<Pushed>> saved(4);
+  {
+    ASSERT_OK_AND_ASSIGN(Tensor residual,
+                         MakeDeviceTensor(*sim_, DType::kBF16, {512, 1024}, 7));
+    for (int layer = 0; layer < 4; ++layer) {
+      ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(layer));
+      if (layer < 2) {
+        ASSERT_NO_FATAL_FAILURE(
+            PushAndRemember(*offloader, residual, 7, saved[layer]));
+      }
+    }
+  }
+  EXPECT_EQ(offloader->OffloadedBytes(), 2 * kMiB);
+  sim_->RunUntilIdle();
+  EXPECT_EQ(sim_->device_memory().live_bytes, 0);  // both released it
+  ASSERT_NO_FATAL_FAILURE(BackwardAll(*offloader, saved));
+}
+
 // ------------------------------------------------------------ composites
 
 CompositeTensor MakeFp8Composite(SimBackend& sim, uint64_t seed) {
