@@ -230,6 +230,7 @@ Status Group::EnqueueOffloadCopies(bool gathered, const GroupContext& ctx) {
       }
     }
     if (needs_gathered) OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*gathered_));
+    host_last_user_ = ctx.d2h;
     OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Copy(
         host_[k].data(),
         static_cast<const char*>(span.device->data()) + span.begin,
@@ -324,6 +325,7 @@ Status Group::StartReload(const GroupContext& ctx) {
   Status copies = OkStatus();
   for (size_t k = 0; k < spans_.size() && copies.ok(); ++k) {
     if (buffers[k].empty()) continue;
+    host_last_user_ = ctx.h2d;
     copies = ctx.h2d->Copy(buffers[k].data(), host_[k].data(), spans_[k].bytes);
     if (copies.ok()) copies = ctx.h2d->Record(*span_reloaded_[k]);
   }
@@ -379,30 +381,45 @@ StatusOr<Tensor> Group::Pop(int index, const GroupContext& ctx) {
   return tensor;
 }
 
-void Group::ReleaseAll(const GroupContext& ctx) {
+void Group::FreeHost(const GroupContext& ctx) {
+  for (Buffer& host : host_) {
+    (void)ctx.backend->Free(host, host_last_user_ != nullptr ? *host_last_user_
+                                                             : *ctx.d2h);
+  }
+  host_.clear();
+  host_free_pending_ = false;
+}
+
+void Group::Shutdown(const GroupContext& ctx) {
+  if (state_ != GroupState::kReleased) ReleaseAll(ctx, /*keep_pinned=*/false);
+  FreeHost(ctx);
+}
+
+void Group::ReleaseAll(const GroupContext& ctx, bool keep_pinned) {
   if (state_ == GroupState::kOffloadStarted && !on_device_) {
     // Copies may still read the device storages.
     if (offload_done_ != nullptr) (void)ctx.compute->Wait(*offload_done_);
     DropDeviceStorages(ctx);
   }
-  for (Span& span : spans_) {
-    if (span.reloaded != nullptr && span.reloaded.use_count() == 1) {
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    Span& span = spans_[k];
+    if (span.reloaded == nullptr) continue;
+    if (span.reloaded.use_count() == 1) {
+      // Never popped: the compute stream has not waited for the reload yet.
+      if (!span.waited) (void)ctx.compute->Wait(*span_reloaded_[k]);
       (void)ctx.backend->Free(span.reloaded->mutable_buffer(), *ctx.compute);
     }
     span.reloaded.reset();
   }
   // Pinned buffers are free once the last copy that used them is done.
-  bool reloaded = state_ == GroupState::kReloadStarted && !on_device_;
-  Stream* last_user = reloaded ? ctx.h2d : ctx.d2h;
   if (!host_.empty()) {
-    if (ctx.options->retain_pinned_buffers) {
+    if (keep_pinned && host_last_user_ != nullptr) {
       StatusOr<Event*> free_point = EnsureEvent(host_free_, ctx);
-      if (free_point.ok() && last_user->Record(**free_point).ok()) {
+      if (free_point.ok() && host_last_user_->Record(**free_point).ok()) {
         host_free_pending_ = true;
       }
     } else {
-      for (Buffer& host : host_) (void)ctx.backend->Free(host, *last_user);
-      host_.clear();
+      FreeHost(ctx);
     }
   }
   entries_.clear();

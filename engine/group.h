@@ -79,9 +79,14 @@ class Group {
   //   reload started, or the group was released.
   StatusOr<Tensor> Pop(int index, const GroupContext& ctx);
 
-  // Drops every device reference and pinned buffer (keeping the buffers
-  // when retain_pinned_buffers), each freed after the work that uses it.
-  void ReleaseAll(const GroupContext& ctx);
+  // Drops every device reference and pinned buffer (keeping the pinned
+  // buffers for the next iteration when `keep_pinned`), each freed ordered
+  // after the work that uses it.
+  void ReleaseAll(const GroupContext& ctx, bool keep_pinned);
+
+  // For the Offloader's destruction: ReleaseAll, and retained pinned buffers
+  // freed too, all ordered after the copies that use them.
+  void Shutdown(const GroupContext& ctx);
 
   // Readies the group for the next iteration. REQUIRES: released or never
   // offloaded.
@@ -115,6 +120,8 @@ class Group {
   // Replaces sparse entry `index` by a contiguous copy made on the compute
   // stream; false (and a warning) if device memory cannot be had.
   bool MakeContiguous(int index, double coverage, const GroupContext& ctx);
+  // Frees the pinned buffers on the stream of the last copy using them.
+  void FreeHost(const GroupContext& ctx);
   // Records the gathered point if `gathered` (contiguous copies were made),
   // then enqueues the D2H copies of every span and the finish event.
   Status EnqueueOffloadCopies(bool gathered, const GroupContext& ctx);
@@ -137,6 +144,7 @@ class Group {
   std::unique_ptr<Event> host_free_;     // when retained pinned buffers are free
   std::vector<std::unique_ptr<Event>> span_reloaded_;
   bool host_free_pending_ = false;
+  Stream* host_last_user_ = nullptr;  // the stream that last used host_
 };
 
 }  // namespace offload

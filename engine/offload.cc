@@ -57,7 +57,11 @@ Offloader::Offloader(Backend& backend, const OffloadOptions& options,
   }
 }
 
-Offloader::~Offloader() = default;
+Offloader::~Offloader() {
+  // Whatever is in flight keeps its memory until the copies using it are
+  // done: every free below is ordered after them.
+  for (auto& group : impl_->groups) group->Shutdown(impl_->ctx);
+}
 
 StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
     Backend& backend, const OffloadOptions& options) {
@@ -232,7 +236,9 @@ Status Offloader::BackwardStep(int layer) {
   // The previous backward layer is done: drop its memory.
   if (impl.last_backward >= 0) {
     Group& previous = *impl.groups[impl.last_backward];
-    if (previous.state() != GroupState::kReleased) previous.ReleaseAll(impl.ctx);
+    if (previous.state() != GroupState::kReleased) {
+      previous.ReleaseAll(impl.ctx, options_.retain_pinned_buffers);
+    }
   }
   OFFLOAD_RETURN_IF_ERROR(
       RunStep(impl, ScheduleStep(n, false, impl.backward_count + 1))
@@ -255,7 +261,9 @@ Status Offloader::FinishBackward() {
   }
   impl.open_layer = -1;
   for (auto& group : impl.groups) {
-    if (group->state() != GroupState::kReleased) group->ReleaseAll(impl.ctx);
+    if (group->state() != GroupState::kReleased) {
+      group->ReleaseAll(impl.ctx, options_.retain_pinned_buffers);
+    }
     group->BeginIteration();
   }
   impl.iteration++;

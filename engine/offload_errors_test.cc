@@ -661,12 +661,9 @@ TEST_F(RetainTest, ShapeChangeBetweenIterationsIsAClearError) {
 // copy when the group is released: freeing it, or reusing a retained pinned
 // buffer in the next iteration, must wait for that copy. No host
 // synchronization anywhere, so only stream order protects the memory.
-//
-// DISABLED: engine bug. Group::ReleaseAll frees a reloaded span on the
-// compute stream without making it wait for the span's reload event when no
-// Pop did: free-during-use of device#N on 'compute' vs the H2D copy
-// pinned -> device#N on 'offload_h2d'.
-TEST_F(RetainTest, DISABLED_ReloadedTensorsThatAreNeverPoppedAreFreedSafely) {
+// (Found a real bug: the span was freed on the compute stream without a
+// wait for its reload when no Pop had made one.)
+TEST_F(RetainTest, ReloadedTensorsThatAreNeverPoppedAreFreedSafely) {
   OffloadOptions options = DefaultOptions(3, 1);
   options.retain_pinned_buffers = true;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
@@ -796,13 +793,9 @@ TEST_F(OffloaderErrorTest, ReloadWithoutDeviceMemoryFailsAndSucceedsOnRetry) {
 // SPEC §6.4: destroying the Offloader while its copies are in flight must
 // not free memory they still use (as cudaFreeHost and PyTorch's caching
 // allocators guarantee); the hazard detector checks it at TearDown.
-//
-// DISABLED: engine bug. ~Offloader drops its groups' pinned buffers at once
-// (host order) and their device storages on the compute stream without
-// waiting for the D2H/H2D copies that use them: free-during-use hazards on
-// pinned#/device# vs the copies on 'offload_d2h' / 'offload_h2d'. Enable
-// once ~Offloader (or ~Group) orders its frees after its copies.
-TEST_F(OffloaderErrorTest, DISABLED_DestroyingTheOffloaderDuringAnOffloadIsSafe) {
+// (Found a real bug: ~Offloader dropped pinned buffers at once and device
+// storages without waiting for the copies using them.)
+TEST_F(OffloaderErrorTest, DestroyingTheOffloaderDuringAnOffloadIsSafe) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
                        Offloader::Create(*sim_, DefaultOptions(3, 1)));
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(0));
@@ -816,9 +809,9 @@ TEST_F(OffloaderErrorTest, DISABLED_DestroyingTheOffloaderDuringAnOffloadIsSafe)
   EXPECT_EQ(sim_->pinned_memory().live_bytes, 0);
 }
 
-// DISABLED: the same engine bug, with retained pinned buffers after a
-// complete step (no synchronization by the caller).
-TEST_F(OffloaderErrorTest, DISABLED_DestroyingTheOffloaderRightAfterAStepIsSafe) {
+// The same, with retained pinned buffers after a complete step (no
+// synchronization by the caller).
+TEST_F(OffloaderErrorTest, DestroyingTheOffloaderRightAfterAStepIsSafe) {
   OffloadOptions options = DefaultOptions(3, 2);
   options.retain_pinned_buffers = true;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
