@@ -1,0 +1,387 @@
+// The project's main job (README's first command, `bazel run //:demo`): a
+// layer stack run on the simulated GPU through the real Offloader, once
+// without offloading and once with the first k layers offloaded. Prints the
+// per-layer timeline of the offloaded run in virtual time (compute, D2H and
+// H2D, start..end), the peak device memory of both runs and their step-time
+// ratio; checks every popped byte (when the sizes allow the simulator to keep
+// bytes) and the hazard detector's verdict.
+//
+//   bazel run //:demo -- --layers=8 --offloaded=2 --mib_per_layer=128
+//       --compute_us=3000 --gbps=55 --latency_us=2 --seed=1   (one line)
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/sim/sim_backend.h"
+#include "engine/offload.h"
+#include "engine/status.h"
+#include "testing/sim_compute.h"
+#include "testing/workload.h"
+
+namespace offload {
+namespace {
+
+struct Flags {
+  int layers = 8;
+  int offloaded = 2;
+  int64_t mib_per_layer = 128;
+  int tensors_per_layer = 4;
+  int64_t compute_us = 3000;  // forward; backward takes twice as long
+  double gbps = 55.0;
+  double latency_us = 2.0;
+  uint64_t seed = 1;
+  int iterations = 2;
+  int64_t min_offload_elements = 256 * 1024;
+  // The simulator keeps (and the demo checks) bytes up to this many MiB of
+  // activations per run; larger runs simulate timing only.
+  int64_t max_checked_mib = 512;
+};
+
+const char kUsage[] =
+    "flags: --layers=8 --offloaded=2 --mib_per_layer=128 "
+    "--tensors_per_layer=4 --compute_us=3000 --gbps=55 --latency_us=2 "
+    "--seed=1 --iterations=2 --min_offload_elements=262144 "
+    "--max_checked_mib=512\n";
+
+// Parses --name=value flags into `flags`; false (with a message on stderr)
+// for an unknown flag or a value out of range.
+bool ParseFlags(int argc, char** argv, Flags& flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      const std::string prefix = std::string("--") + name + "=";
+      return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
+    };
+    if (const char* v = value("layers")) {
+      flags.layers = std::atoi(v);
+    } else if (const char* v = value("offloaded")) {
+      flags.offloaded = std::atoi(v);
+    } else if (const char* v = value("mib_per_layer")) {
+      flags.mib_per_layer = std::atoll(v);
+    } else if (const char* v = value("tensors_per_layer")) {
+      flags.tensors_per_layer = std::atoi(v);
+    } else if (const char* v = value("compute_us")) {
+      flags.compute_us = std::atoll(v);
+    } else if (const char* v = value("gbps")) {
+      flags.gbps = std::atof(v);
+    } else if (const char* v = value("latency_us")) {
+      flags.latency_us = std::atof(v);
+    } else if (const char* v = value("seed")) {
+      flags.seed = std::strtoull(v, nullptr, 10);
+    } else if (const char* v = value("iterations")) {
+      flags.iterations = std::atoi(v);
+    } else if (const char* v = value("min_offload_elements")) {
+      flags.min_offload_elements = std::atoll(v);
+    } else if (const char* v = value("max_checked_mib")) {
+      flags.max_checked_mib = std::atoll(v);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
+      return false;
+    }
+  }
+  if (flags.layers < 1 || flags.offloaded < 0 ||
+      flags.offloaded > flags.layers - 1 || flags.mib_per_layer < 1 ||
+      flags.tensors_per_layer < 1 || flags.compute_us < 0 ||
+      !(flags.gbps > 0) || flags.latency_us < 0 || flags.iterations < 1 ||
+      flags.min_offload_elements < 0) {
+    std::fprintf(stderr,
+                 "flag out of range (need layers >= 1, 0 <= offloaded <= "
+                 "layers - 1, positive sizes and bandwidth)\n%s",
+                 kUsage);
+    return false;
+  }
+  return true;
+}
+
+// [start, end] of some work in virtual ns; start < 0 when there was none.
+struct Interval {
+  int64_t start = -1;
+  int64_t end = -1;
+  void Add(int64_t s, int64_t e) {
+    if (start < 0 || s < start) start = s;
+    if (e > end) end = e;
+  }
+};
+
+struct LayerTimeline {
+  Interval forward, d2h, h2d, backward;
+};
+
+struct RunReport {
+  int64_t step_ns = 0;        // the last iteration
+  int64_t iteration_start_ns = 0;
+  SimMemoryStats device;
+  SimMemoryStats pinned;
+  size_t hazards = 0;
+  std::vector<std::string> hazard_text;
+  bool bytes_checked = false;
+  int64_t tensors_checked = 0;
+  std::vector<std::string> mismatches;
+  std::vector<std::string> warnings;
+  OffloaderStats stats;
+  std::vector<LayerTimeline> timeline;
+};
+
+// The block name ("device#12") an operation description starts with after
+// `prefix`, or "".
+std::string BlockAfter(const std::string& what, const std::string& prefix) {
+  if (what.rfind(prefix, 0) != 0) return "";
+  const size_t begin = prefix.size();
+  size_t end = what.find_first_of("+ ", begin);
+  if (end == std::string::npos) end = what.size();
+  return what.substr(begin, end - begin);
+}
+
+// The destination block of a copy description "copy A+x -> B+y N B".
+std::string CopyDestination(const std::string& what) {
+  const size_t arrow = what.find(" -> ");
+  if (arrow == std::string::npos) return "";
+  return BlockAfter(what.substr(arrow + 4), "");
+}
+
+// Attributes the trace of the last iteration to layers: kernels by name,
+// D2H copies by the layer whose forward allocated their source, H2D copies
+// by the layer whose D2H filled their source.
+std::vector<LayerTimeline> BuildTimeline(const SimBackend& sim, int layers,
+                                         const std::vector<size_t>& marks,
+                                         size_t iteration_begin) {
+  struct OpInfo {
+    std::string what;
+    int64_t start = -1, end = -1;
+  };
+  std::map<uint64_t, OpInfo> ops;
+  std::map<std::string, int> device_layer;  // device block -> layer
+  const std::vector<SimTraceEntry>& trace = sim.trace();
+  for (size_t t = iteration_begin; t < trace.size(); ++t) {
+    const SimTraceEntry& entry = trace[t];
+    if (entry.op == 0) continue;
+    OpInfo& op = ops[entry.op];
+    if (entry.phase == "enqueue") {
+      op.what = entry.what;
+      const std::string block = BlockAfter(entry.what, "alloc ");
+      if (!block.empty()) {
+        // The layer whose forward window contains the allocation.
+        int layer = 0;
+        while (layer + 1 < layers && t >= marks[layer + 1]) ++layer;
+        device_layer.emplace(block, layer);
+      }
+    } else if (entry.phase == "start") {
+      op.start = entry.time_ns;
+    } else if (entry.phase == "end") {
+      op.end = entry.time_ns;
+    }
+  }
+  std::vector<LayerTimeline> timeline(layers);
+  std::map<std::string, int> pinned_layer;  // pinned block -> layer
+  for (const auto& [seq, op] : ops) {  // enqueue order
+    if (op.start < 0 || op.end < 0) continue;
+    for (int i = 0; i < layers; ++i) {
+      if (op.what == "kernel forward L" + std::to_string(i)) {
+        timeline[i].forward.Add(op.start, op.end);
+      }
+      if (op.what == "kernel backward L" + std::to_string(i)) {
+        timeline[i].backward.Add(op.start, op.end);
+      }
+    }
+    const std::string source = BlockAfter(op.what, "copy ");
+    const std::string destination = CopyDestination(op.what);
+    if (source.rfind("device#", 0) == 0 &&
+        destination.rfind("pinned#", 0) == 0) {
+      auto it = device_layer.find(source);
+      if (it == device_layer.end()) continue;
+      timeline[it->second].d2h.Add(op.start, op.end);
+      pinned_layer[destination] = it->second;
+    } else if (source.rfind("pinned#", 0) == 0 &&
+               destination.rfind("device#", 0) == 0) {
+      auto it = pinned_layer.find(source);
+      if (it != pinned_layer.end()) {
+        timeline[it->second].h2d.Add(op.start, op.end);
+      }
+    }
+  }
+  return timeline;
+}
+
+StatusOr<RunReport> RunOnce(const Flags& flags, int offloaded,
+                            bool store_bytes) {
+  SimOptions sim_options;
+  sim_options.seed = flags.seed;
+  sim_options.d2h_gbps = sim_options.h2d_gbps = flags.gbps;
+  sim_options.copy_latency_ns = static_cast<int64_t>(flags.latency_us * 1000);
+  sim_options.store_bytes = store_bytes;
+  std::unique_ptr<SimBackend> sim = NewSimBackend(sim_options);
+
+  OffloadOptions options;
+  options.model_layers = flags.layers;
+  options.offloaded_layers = offloaded;
+  options.min_offload_elements = flags.min_offload_elements;
+  OFFLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Offloader> offloader,
+                           Offloader::Create(*sim, options));
+
+  const int64_t forward_ns = flags.compute_us * 1000;
+  WorkloadSpec spec = UniformWorkloadSpec(
+      flags.layers, flags.mib_per_layer << 20, flags.tensors_per_layer,
+      forward_ns, 2 * forward_ns);
+  spec.seed = flags.seed;
+
+  // Trace positions at the start of each layer's forward in the last
+  // iteration, and where that iteration begins.
+  const int last = flags.iterations - 1;
+  std::vector<size_t> marks(flags.layers, 0);
+  size_t iteration_begin = 0;
+  int64_t iteration_start_ns = 0;
+  WorkloadHooks hooks = SimWorkloadHooks(*sim);
+  SimBackend& s = *sim;
+  hooks.observer = [&](const WorkloadEvent& event) {
+    if (event.iteration != last) return;
+    if (event.phase == WorkloadPhase::kForwardBegin) {
+      marks[event.layer] = s.trace().size();
+      if (event.layer == 0) {
+        iteration_begin = s.trace().size();
+        iteration_start_ns = s.NowNs();
+      }
+    }
+  };
+  WorkloadOptions run;
+  run.iterations = flags.iterations;
+  run.check_bytes = store_bytes;
+  run.min_offload_elements = flags.min_offload_elements;
+  OFFLOAD_ASSIGN_OR_RETURN(WorkloadResult result,
+                           RunWorkload(*sim, *offloader, spec, hooks, run));
+  sim->RunUntilIdle();
+
+  RunReport report;
+  report.step_ns = result.iteration_ns.back();
+  report.iteration_start_ns = iteration_start_ns;
+  report.device = sim->device_memory();
+  report.pinned = sim->pinned_memory();
+  report.hazards = sim->hazards().size();
+  for (const Hazard& hazard : sim->hazards()) {
+    report.hazard_text.push_back(hazard.ToString());
+  }
+  report.bytes_checked = store_bytes;
+  report.tensors_checked = result.tensors_checked;
+  for (const Mismatch& m : result.mismatches) {
+    report.mismatches.push_back(m.ToString());
+  }
+  report.warnings = offloader->diagnostics().warnings();
+  report.stats = offloader->stats();
+  report.timeline =
+      BuildTimeline(*sim, flags.layers, marks, iteration_begin);
+  return report;
+}
+
+std::string Cell(const Interval& interval, int64_t origin_ns) {
+  if (interval.start < 0) return "-";
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.1f..%.1f",
+                (interval.start - origin_ns) / 1e3,
+                (interval.end - origin_ns) / 1e3);
+  return text;
+}
+
+double MiB(int64_t bytes) { return bytes / 1048576.0; }
+
+int Run(const Flags& flags) {
+  const bool store_bytes =
+      flags.layers * flags.mib_per_layer <= flags.max_checked_mib;
+  StatusOr<RunReport> base = RunOnce(flags, 0, store_bytes);
+  if (!base.ok()) {
+    std::fprintf(stderr, "run without offloading: %s\n",
+                 base.status().ToString().c_str());
+    return 1;
+  }
+  StatusOr<RunReport> off = RunOnce(flags, flags.offloaded, store_bytes);
+  if (!off.ok()) {
+    std::fprintf(stderr, "run with %d offloaded layers: %s\n", flags.offloaded,
+                 off.status().ToString().c_str());
+    return 1;
+  }
+
+  std::printf(
+      "offload demo on the simulated GPU: %d layers x %" PRId64
+      " MiB of activations (%d tensors each), first %d offloaded\n"
+      "forward %" PRId64 " us / backward %" PRId64
+      " us per layer; copies %.1f GB/s per direction, %.1f us latency; "
+      "seed %" PRIu64 "; %d iterations\n\n",
+      flags.layers, flags.mib_per_layer, flags.tensors_per_layer,
+      flags.offloaded, flags.compute_us, 2 * flags.compute_us, flags.gbps,
+      flags.latency_us, flags.seed, flags.iterations);
+
+  std::printf("timeline of the last iteration with %d offloaded layers "
+              "(us from its start)\n",
+              flags.offloaded);
+  std::printf("%-6s %-22s %-22s %-22s %-22s\n", "layer", "forward", "D2H",
+              "H2D", "backward");
+  const int64_t origin = off->iteration_start_ns;
+  for (int i = 0; i < flags.layers; ++i) {
+    const LayerTimeline& row = off->timeline[i];
+    std::printf("L%-5d %-22s %-22s %-22s %-22s\n", i,
+                Cell(row.forward, origin).c_str(),
+                Cell(row.d2h, origin).c_str(), Cell(row.h2d, origin).c_str(),
+                Cell(row.backward, origin).c_str());
+  }
+
+  const double ratio =
+      base->step_ns > 0 ? static_cast<double>(off->step_ns) / base->step_ns
+                        : 1.0;
+  std::printf("\n");
+  std::printf("peak device memory, no offloading:  %10.1f MiB\n",
+              MiB(base->device.peak_bytes));
+  std::printf("peak device memory, %d offloaded:    %10.1f MiB  (first "
+              "reached %.1f us into the run)\n",
+              flags.offloaded, MiB(off->device.peak_bytes),
+              off->device.peak_time_ns / 1e3);
+  std::printf("peak pinned memory, %d offloaded:    %10.1f MiB\n",
+              flags.offloaded, MiB(off->pinned.peak_bytes));
+  std::printf("step time, no offloading:           %10.1f us\n",
+              base->step_ns / 1e3);
+  std::printf("step time, %d offloaded:             %10.1f us\n",
+              flags.offloaded, off->step_ns / 1e3);
+  std::printf("step time ratio (offloaded / not):  %10.3f\n", ratio);
+  std::printf("offloaded per step:                 %10.1f MiB in %" PRId64
+              " spans\n",
+              MiB(off->stats.bytes_offloaded / flags.iterations),
+              off->stats.spans_offloaded / flags.iterations);
+
+  bool ok = true;
+  if (store_bytes) {
+    const size_t wrong = base->mismatches.size() + off->mismatches.size();
+    std::printf("popped bytes:                       %s (%" PRId64
+                " tensors checked)\n",
+                wrong == 0 ? "identical" : "WRONG",
+                base->tensors_checked + off->tensors_checked);
+    for (const auto& m : base->mismatches) std::printf("  %s\n", m.c_str());
+    for (const auto& m : off->mismatches) std::printf("  %s\n", m.c_str());
+    ok &= wrong == 0;
+  } else {
+    std::printf("popped bytes:                       not checked (more than "
+                "--max_checked_mib=%" PRId64 " MiB: timing only)\n",
+                flags.max_checked_mib);
+  }
+  std::printf("hazards:                            %zu\n",
+              base->hazards + off->hazards);
+  for (const auto& h : base->hazard_text) std::printf("  %s\n", h.c_str());
+  for (const auto& h : off->hazard_text) std::printf("  %s\n", h.c_str());
+  ok &= base->hazards + off->hazards == 0;
+  for (const std::string& warning : off->warnings) {
+    std::printf("engine warning: %s\n", warning.c_str());
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace offload
+
+int main(int argc, char** argv) {
+  offload::Flags flags;
+  if (!offload::ParseFlags(argc, argv, flags)) return 2;
+  return offload::Run(flags);
+}
