@@ -105,8 +105,11 @@ class Offloader {
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
 
   // The saved-tensor unpack hook: the tensor as pushed (same dtype, shape,
-  // strides, bytes; possibly on new storage). A reloaded tensor makes the
-  // compute stream wait for its own span's reload only.
+  // strides, flags, name and logical bytes; possibly on new storage at a new
+  // offset). One exception, as in TE: a sparse view that StartOffload made
+  // contiguous (SPEC §2.2, announced by a warning) comes back contiguous —
+  // same shape and bytes, dense strides. A reloaded tensor makes the compute
+  // stream wait for its own span's reload only.
   // Errors: kInvalidArgument for a handle of another Offloader or iteration,
   //   or a composite passed to Pop (use PopComposite) and vice versa;
   //   kFailedPrecondition if the group's device memory was released and its
