@@ -248,6 +248,9 @@ TEST_F(OffloaderTest, SparseViewIsMadeContiguousOnTheComputeStream) {
   ASSERT_OK_AND_ASSIGN(Tensor popped, offloader->Pop(saved[0][0].handle));
   EXPECT_EQ(popped.dtype, DType::kF32);
   EXPECT_EQ(popped.shape, (std::vector<int64_t>{256, 512}));
+  // Pop's contract (offload.h): a view made contiguous comes back dense.
+  EXPECT_EQ(popped.strides, (std::vector<int64_t>{512, 1}));
+  EXPECT_EQ(popped.name, saved[0][0].geometry.name);
   ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
                        ReadTensorBytes(*sim_, popped));
   EXPECT_TRUE(BytesEqual(bytes, saved[0][0].expected));

@@ -195,6 +195,11 @@ class OffloaderTest : public SimOffloadTest {
       EXPECT_EQ(t.dtype, it->geometry.dtype) << it->geometry.Describe();
       EXPECT_EQ(t.shape, it->geometry.shape) << it->geometry.Describe();
       EXPECT_EQ(t.strides, it->geometry.strides) << it->geometry.Describe();
+      EXPECT_EQ(t.name, it->geometry.name);
+      EXPECT_EQ(t.flags.parameter, it->geometry.flags.parameter);
+      EXPECT_EQ(t.flags.weight, it->geometry.flags.weight);
+      EXPECT_EQ(t.flags.do_not_offload, it->geometry.flags.do_not_offload);
+      EXPECT_EQ(t.flags.offload_base, it->geometry.flags.offload_base);
       ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
                            ReadTensorBytes(*sim_, t));
       EXPECT_TRUE(BytesEqual(bytes, it->expected)) << it->geometry.Describe();
