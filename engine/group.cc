@@ -350,12 +350,17 @@ Status Group::StartReload(const GroupContext& ctx) {
 }
 
 StatusOr<Tensor> Group::Pop(int index, const GroupContext& ctx) {
+  if (state_ == GroupState::kReleased) {
+    return FailedPreconditionError(
+        "Pop of tensor #" + std::to_string(index) + " of " + Where() +
+        ": the group was released after its backward");
+  }
+  if (index < 0 || index >= static_cast<int>(entries_.size())) {
+    return InternalError("Pop of tensor #" + std::to_string(index) + " of " +
+                         Where() + ": no such tensor in the group");
+  }
   const Entry& entry = entries_[index];
   switch (state_) {
-    case GroupState::kReleased:
-      return FailedPreconditionError(
-          "Pop of tensor " + entry.tensor.Describe() + " of " + Where() +
-          ": the group was released after its backward");
     case GroupState::kOffloadFinished:
       if (entry.span >= 0 && !on_device_) {
         return FailedPreconditionError(

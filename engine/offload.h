@@ -89,8 +89,10 @@ class Offloader {
   // memory, starts the reloads the schedule puts here.
   // Errors: kInvalidArgument for a layer outside [0, n); kFailedPrecondition
   //   if its forward has not run this iteration or its backward already
-  //   began; kResourceExhausted if a reload cannot get device memory (then
-  //   nothing changed and the host copy is kept: retry later).
+  //   began; kResourceExhausted if a reload cannot get device memory. Then
+  //   the layer's backward has not begun and the host copy is kept; the
+  //   step's releases (the previous backward layer's memory, and layers due
+  //   now), which only free memory, have happened. Call again to retry.
   Status BackwardStep(int layer);
 
   // After a backward pass: releases the last backward layer's memory and
@@ -117,10 +119,12 @@ class Offloader {
   StatusOr<Tensor> Pop(const SavedTensor& saved);
   StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
 
-  // Manual synchronization only (kFailedPrecondition otherwise), SPEC §4.3.
-  // Each needs the layer's forward to be closed (a later ForwardStep or a
-  // BackwardStep happened) and the group in the state before it; errors name
-  // the layer and its state.
+  // Manual synchronization only (kFailedPrecondition otherwise; OK no-ops
+  // when offloading is disabled), SPEC §4.3. Each needs the layer's forward
+  // to have begun in this iteration and its group in the state before the
+  // call; errors name the layer and its state. StartOffload of the layer
+  // whose forward is open closes it, as TE's manual example does: pushes
+  // before the next ForwardStep then fail.
   Status StartOffload(int layer);
   Status ReleaseForwardMemory(int layer);
   Status StartReload(int layer);
