@@ -73,6 +73,37 @@ RC_GTEST_PROP(OffloadProperties, DeviceMemoryStaysWithinTheScheduleBound, ()) {
   RC_ASSERT(peak <= bound);
 }
 
+// §6.2, sharp: with the default schedule and layers of equal size, the
+// peak is at most n-k layers' activations, and exactly that when k > 0
+// (during the forward of layer n-k, after layer 0 was released, layers
+// 1..n-k are resident).
+RC_GTEST_PROP(OffloadProperties, DefaultScheduleHoldsAtMostNMinusKLayers, ()) {
+  Scenario scenario = *GenScenario();
+  scenario.mode = Scenario::Mode::kDefault;
+  scenario.table.clear();
+  scenario.offloaded = *rc::gen::inRange(0, scenario.layers);
+  // Every layer: the same dense saves (no kept tensors, no sparse views).
+  std::vector<SaveRecipe> layer = *rc::gen::container<std::vector<SaveRecipe>>(
+      *rc::gen::inRange(1, 5),
+      rc::gen::build<SaveRecipe>(
+          rc::gen::set(&SaveRecipe::kind,
+                       rc::gen::element(SaveRecipe::Kind::kPlain,
+                                        SaveRecipe::Kind::kRepeated,
+                                        SaveRecipe::Kind::kQkv,
+                                        SaveRecipe::Kind::kHalves)),
+          rc::gen::set(&SaveRecipe::rows, rc::gen::inRange<int64_t>(32, 65)),
+          rc::gen::set(&SaveRecipe::cols, rc::gen::just<int64_t>(32))));
+  scenario.saves.assign(scenario.layers, layer);
+  ScenarioRun run = RunScenario(scenario);
+  RequireClean(run);
+  const int64_t per_layer = scenario.Spec().ActivationBytes(0);
+  const int64_t peak = run.sim->device_memory().peak_bytes;
+  const int resident = scenario.layers - scenario.offloaded;
+  RC_LOG() << "peak " << peak << " per layer " << per_layer << "\n";
+  RC_ASSERT(peak <= resident * per_layer);
+  if (scenario.offloaded > 0) RC_ASSERT(peak == resident * per_layer);
+}
+
 // §6.5: each storage is copied at most once per group: the bytes offloaded
 // per iteration never exceed the bytes of the offloaded layers' buffers
 // (plus contiguous copies of sparse views, which replace their buffer).

@@ -165,11 +165,19 @@ LayerSpec BuildLayer(int layer, const std::vector<SaveRecipe>& saves,
 }
 
 ScheduleTable Scenario::EffectiveSchedule() const {
-  if (mode == Mode::kDefault) {
-    StatusOr<ScheduleTable> table = DefaultSchedule(layers, offloaded);
-    return table.ok() ? *table : ScheduleTable{};
+  if (mode != Mode::kDefault) return table;
+  // SPEC §4.1, written out here rather than taken from the engine's
+  // DefaultSchedule, so that the properties' oracle is independent of the
+  // code under test: layer i < k is released when layer n-k+i begins its
+  // forward and reloaded when layer n-1-k+i begins its backward.
+  ScheduleTable spec_table;
+  const int n = layers, k = offloaded;
+  for (int i = 0; i < k; ++i) {
+    const int release_step = n - k + i + 1;         // forward of layer n-k+i
+    const int reload_step = n + (n - (n - 1 - k + i));  // its backward
+    spec_table[i] = ScheduleEntry{true, release_step, false, reload_step - n};
   }
-  return table;
+  return spec_table;
 }
 
 OffloadOptions Scenario::Options() const {

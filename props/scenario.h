@@ -64,7 +64,8 @@ struct Scenario {
   bool skip_sparse_views = false;
   int64_t min_offload_elements = 256;
 
-  // The schedule in force: the default table, `table`, or the manual plan.
+  // The schedule in force: the default table (from SPEC §4.1, computed
+  // independently of the engine), `table`, or the manual plan.
   ScheduleTable EffectiveSchedule() const;
   OffloadOptions Options() const;
   WorkloadSpec Spec() const;
