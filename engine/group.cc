@@ -193,6 +193,12 @@ Status Group::StartOffload(const GroupContext& ctx) {
                           copies.ToString() + "); the group's " +
                           std::to_string(entries_.size()) +
                           " tensors stay on device");
+    // Copies enqueued before the failure may still read the device
+    // storages: whatever frees them later must be ordered after them.
+    StatusOr<Event*> done = EnsureEvent(offload_done_, ctx);
+    if (!done.ok() || !ctx.d2h->Record(**done).ok()) {
+      (void)ctx.d2h->Synchronize();  // no event to wait for: drain instead
+    }
     if (!options.retain_pinned_buffers) {
       for (Buffer& host : host_) (void)ctx.backend->Free(host, *ctx.d2h);
       host_.clear();
@@ -401,9 +407,13 @@ void Group::Shutdown(const GroupContext& ctx) {
 }
 
 void Group::ReleaseAll(const GroupContext& ctx, bool keep_pinned) {
-  if (state_ == GroupState::kOffloadStarted && !on_device_) {
-    // Copies may still read the device storages.
+  if (state_ == GroupState::kOffloadStarted ||
+      (on_device_ && state_ != GroupState::kNotOffloaded)) {
+    // Copies may still read the device storages (also those enqueued
+    // before a failure kept the group on device).
     if (offload_done_ != nullptr) (void)ctx.compute->Wait(*offload_done_);
+  }
+  if (state_ == GroupState::kOffloadStarted && !on_device_) {
     DropDeviceStorages(ctx);
   }
   for (size_t k = 0; k < spans_.size(); ++k) {
