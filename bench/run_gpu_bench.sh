@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the GPU benchmark here and runs it on the GPU machine.
+#
+# Here (the build machine, no GPU):
+#   bench/run_gpu_bench.sh
+# builds `bazel build --config=gpu -c opt //bench:layer_stack_bench`, copies
+# the binary and this script into .gpu/bench/ (ignored by git; the bazel-bin
+# symlink does not travel), and prints the one command for the `run` tool
+# (kind "nvidia-h200", carry [".gpu/bench"]).
+#
+# There (`--on-device`, from the repository root): records the device, then
+# runs the layer stack at hidden 4096 x 8192 tokens and hidden 2048 x 16384
+# tokens (8 layers, k = 0..6). Logs go to $OUT: device.txt, h4096.md,
+# h2048.md (the tables), h4096.log, h2048.log (stderr: progress, engine
+# warnings). Exits non-zero if a run failed or was not bit-identical.
+#
+# The engine-only host cost (simulator, Google Benchmark) runs here instead:
+#   bazel run -c opt //bench:engine_host_cost_benchmark
+set -uo pipefail
+
+build_here() {
+  set -e
+  cd "$(dirname "$0")/.."
+  bazel build --config=gpu -c opt //bench:layer_stack_bench
+  local bin
+  bin="$(bazel info --config=gpu -c opt bazel-bin 2>/dev/null)"
+  mkdir -p .gpu/bench
+  cp -f "$bin/bench/layer_stack_bench" bench/run_gpu_bench.sh .gpu/bench/
+  chmod -R u+w .gpu/bench
+  echo
+  echo "Copied to .gpu/bench/: layer_stack_bench run_gpu_bench.sh ($(du -sh .gpu/bench | cut -f1))"
+  echo "On the GPU machine (run tool, kind \"nvidia-h200\", carry [\".gpu/bench\"]):"
+  echo
+  echo "  bash .gpu/bench/run_gpu_bench.sh --on-device"
+}
+
+on_device() {
+  local out="${OUT:-/tmp/gpu_out}"
+  local dir
+  dir="$(cd "$(dirname "$0")" && pwd)"
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  {
+    nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,driver_version,memory.total,clocks.max.sm --format=csv
+    uname -a
+    nproc
+  } >"$out/device.txt" 2>&1
+  cat "$out/device.txt"
+  local failures=0
+  for cfg in "4096 8192" "2048 16384"; do
+    set -- $cfg
+    local name="h$1"
+    echo "===== hidden $1 tokens $2"
+    timeout --kill-after=10 "${BENCH_TIMEOUT_S:-240}" \
+      "$dir/layer_stack_bench" --hidden="$1" --tokens="$2" ${BENCH_FLAGS:-} \
+      >"$out/$name.md" 2>"$out/$name.log"
+    local rc=$?
+    cat "$out/$name.md" "$out/$name.log"
+    if [[ $rc -ne 0 ]]; then
+      echo "FAILED: hidden $1 rc=$rc"
+      failures=$((failures + 1))
+    fi
+  done
+  return $((failures > 0))
+}
+
+case "${1:-}" in
+  --on-device) on_device ;;
+  "") build_here ;;
+  *) echo "usage: $0 [--on-device]" >&2; exit 2 ;;
+esac
