@@ -362,8 +362,8 @@ int64_t DeviceMemoryBound(const Scenario& scenario) {
     }
     most = std::max(most, bytes);
   }
-  // What stays regardless: kept tensors' buffers, contiguous copies of
-  // sparse views, persistent buffers.
+  // What stays regardless: kept tensors' buffers (a composite's scale is
+  // one), contiguous copies of sparse views, persistent buffers.
   int64_t extra = 0;
   for (int l = 0; l < n; ++l) {
     const LayerSpec& layer = spec.layers[l];
@@ -371,6 +371,7 @@ int64_t DeviceMemoryBound(const Scenario& scenario) {
       const SaveRecipe& r = scenario.saves[l][j];
       const int64_t view = Bytes({r.rows, r.cols}, r.dtype);
       if (r.kind == Kind::kSmall) extra += Bytes({4, 8}, DType::kF32);
+      if (r.kind == Kind::kComposite) extra += Bytes({1, 4}, DType::kF32);
       if (r.kind == Kind::kNotOffload) extra += view;
       if (r.kind == Kind::kSparse) {
         // Skipped: its whole buffer stays; else a contiguous copy exists.
