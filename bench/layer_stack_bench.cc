@@ -261,9 +261,16 @@ Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
   return t;
 }
 
+// Offloader calls, for the host-cost breakdown.
+enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };
+const char* const kCallNames[kCalls] = {"ForwardStep", "Push", "BackwardStep",
+                                        "Pop", "FinishBackward"};
+
 struct StepCost {
   double engine_host_ns = 0;  // wall time inside Offloader calls
   int64_t pushes = 0;
+  double call_ns[kCalls] = {};
+  int64_t call_count[kCalls] = {};
 };
 
 // One training step through the Offloader.
@@ -271,10 +278,13 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   Backend& be = ex.backend();
   const int64_t T = s.tokens, H = s.hidden;
   StepCost cost;
-  auto timed = [&](auto&& f) {
+  auto timed_call = [&](Call call, auto&& f) {
     Clock::time_point t0 = Clock::now();
     auto r = f();
-    cost.engine_host_ns += NsSince(t0);
+    double ns = NsSince(t0);
+    cost.engine_host_ns += ns;
+    cost.call_ns[call] += ns;
+    cost.call_count[call] += 1;
     return r;
   };
   struct Saved {
@@ -285,7 +295,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   Tensor x = NewActivation(be, T, H, "x0");
   ex.FillInput(x);
   for (int i = 0; i < s.layers; ++i) {
-    int layer = Must(timed([&] { return off.ForwardStep(); }), "ForwardStep");
+    int layer = Must(timed_call(kForwardStep, [&] { return off.ForwardStep(); }), "ForwardStep");
     if (layer != i) Die("unexpected layer id");
     Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
     ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
@@ -303,11 +313,11 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     ex.Run(4, i, {false, false, T, H, 4 * H, Ptr(u), ex.weight(4), Ptr(y)},
            {&u}, &y);
     Saved& sv = saved[i];
-    sv.x = Must(timed([&] { return off.Push(x); }), "Push x");
-    sv.qkv = Must(timed([&] { return off.Push(qkv); }), "Push qkv");
-    sv.attn = Must(timed([&] { return off.Push(attn); }), "Push attn");
-    sv.o = Must(timed([&] { return off.Push(o); }), "Push o");
-    sv.u = Must(timed([&] { return off.Push(u); }), "Push u");
+    sv.x = Must(timed_call(kPush, [&] { return off.Push(x); }), "Push x");
+    sv.qkv = Must(timed_call(kPush, [&] { return off.Push(qkv); }), "Push qkv");
+    sv.attn = Must(timed_call(kPush, [&] { return off.Push(attn); }), "Push attn");
+    sv.o = Must(timed_call(kPush, [&] { return off.Push(o); }), "Push o");
+    sv.u = Must(timed_call(kPush, [&] { return off.Push(u); }), "Push u");
     cost.pushes += 5;
     x = std::move(y);  // drops this layer's other tensors
   }
@@ -316,7 +326,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
 
   void* dy = ex.work(0);
   for (int i = s.layers - 1; i >= 0; --i) {
-    Must(timed([&] { return off.BackwardStep(i); }), "BackwardStep");
+    Must(timed_call(kBackwardStep, [&] { return off.BackwardStep(i); }), "BackwardStep");
     Saved& sv = saved[i];
     void* du = ex.work(3);
     void* d_o = ex.work(4);
@@ -324,7 +334,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     void* dqkv = ex.work(6);
     void* dx = ex.work(i % 2 ? 1 : 2);
     auto pop = [&](const SavedTensor& st) {
-      return Must(timed([&] { return off.Pop(st); }), "Pop");
+      return Must(timed_call(kPop, [&] { return off.Pop(st); }), "Pop");
     };
     ex.Run(5, i, {false, true, T, 4 * H, H, dy, ex.weight(4), du}, {}, nullptr);
     {
@@ -361,7 +371,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     sv = Saved();  // as autograd: the saved handles go with the layer
     dy = dx;
   }
-  Must(timed([&] { return off.FinishBackward(); }), "FinishBackward");
+  Must(timed_call(kFinishBackward, [&] { return off.FinishBackward(); }), "FinishBackward");
   return cost;
 }
 
@@ -582,7 +592,8 @@ struct SimResult {
 
 SimResult SimulateSchedule(const Shape& s, int k,
                            const std::array<double, kGemms>& ns,
-                           double d2h_gbps, double h2d_gbps) {
+                           double d2h_gbps, double h2d_gbps,
+                           bool print_trace = false) {
   SimOptions so;
   so.d2h_gbps = d2h_gbps;
   so.h2d_gbps = h2d_gbps;
@@ -590,7 +601,7 @@ SimResult SimulateSchedule(const Shape& s, int k,
   so.device_capacity_bytes = int64_t{1} << 40;
   so.pinned_capacity_bytes = int64_t{1} << 40;
   so.store_bytes = false;
-  so.record_trace = false;
+  so.record_trace = print_trace;
   SimBackend sim(so);
   SimExec ex(sim, ns);
   OffloadOptions oo;
@@ -604,6 +615,13 @@ SimResult SimulateSchedule(const Shape& s, int k,
     RunStep(ex, *off, s);
     sim.RunUntilIdle();
     steps.push_back(double(sim.NowNs() - t0));
+  }
+  if (print_trace) {
+    // The last step's start/end lines of the compute and copy streams.
+    for (const SimTraceEntry& e : sim.trace()) {
+      if (e.phase == "enqueue" || e.phase == "host") continue;
+      std::printf("%s\n", e.ToString().c_str());
+    }
   }
   SimResult r;
   r.step_ns = steps.back();
@@ -686,6 +704,8 @@ struct Flags {
   // Only the simulator, with made-up GEMM durations (checks the driver
   // without a GPU).
   bool sim_only = false;
+  std::vector<double> gemm_ms;  // --gemm_ms=a,b,... (15 values), sim only
+  int trace_k = -1;             // --trace_k=K: print the simulator's trace
 };
 
 double GiB(double b) { return b / double(int64_t{1} << 30); }
@@ -708,6 +728,15 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
     else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
     else if (a == "--sim_only") f.sim_only = true;
+    else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
+    else if (const char* v = val("--gemm_ms")) {
+      for (const char* p = v; *p;) {
+        char* end = nullptr;
+        f.gemm_ms.push_back(std::strtod(p, &end));
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p) break;
+      }
+    }
     else Die("unknown flag " + a);
   }
   if (f.kmax < 0) f.kmax = f.shape.layers - 2;
@@ -719,9 +748,12 @@ int Main(int argc, char** argv) {
   const Shape& s = flags.shape;
   if (flags.sim_only) {
     std::array<double, kGemms> ns;
-    for (int g = 0; g < kGemms; ++g) ns[g] = g < 5 ? 1e6 : 1e6;
+    for (int g = 0; g < kGemms; ++g) {
+      ns[g] = g < int(flags.gemm_ms.size()) ? flags.gemm_ms[g] * 1e6 : 1e6;
+    }
     for (int k = 0; k <= flags.kmax; ++k) {
-      SimResult r = SimulateSchedule(s, k, ns, 55, 55);
+      SimResult r =
+          SimulateSchedule(s, k, ns, 55.3, 55.4, k == flags.trace_k);
       std::printf("sim k=%d: step %.3f ms, peak %.3f GiB, hazards %zu\n", k,
                   r.step_ns / 1e6, GiB(r.peak_bytes), r.hazards);
     }
@@ -779,6 +811,8 @@ int Main(int argc, char** argv) {
     size_t hazards;
     bool identical;
     int64_t pinned_slab_allocs;
+    double bound_own_ns, fwd_ns, bwd_ns;
+    double call_us[kCalls];
   };
   std::vector<Row> rows;
   std::vector<uint64_t> reference;
@@ -791,14 +825,18 @@ int Main(int argc, char** argv) {
     auto off = Must(Offloader::Create(*be, oo), "Offloader::Create");
     for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
     Cuda(cudaDeviceSynchronize(), "sync");
-    if (k == 0) {  // per-GEMM durations, for the bound
+    // Per-GEMM durations, for the bound (k=0), and at every k to see
+    // whether the GEMMs run at the same speed next to the copies.
+    std::array<double, kGemms> own_ns{};
+    {
       std::array<std::vector<double>, kGemms> samples;
       for (int c = 0; c < 3; ++c) {
         ex.StartCalibration();
         RunStep(ex, *off, s);
         ex.EndCalibration(samples);
       }
-      for (int g = 0; g < kGemms; ++g) gemm_ns[g] = Median(samples[g]);
+      for (int g = 0; g < kGemms; ++g) own_ns[g] = Median(samples[g]);
+      if (k == 0) gemm_ns = own_ns;
     }
     auto st0 = Must(be->stats(), "stats");
     unsigned long long zero = 0;
@@ -806,6 +844,8 @@ int Main(int argc, char** argv) {
          "reset UsedMemHigh");
     std::vector<double> times, host;
     StepCost cost;
+    double call_ns[kCalls] = {};
+    int64_t call_count[kCalls] = {};
     int64_t offloaded0 = off->stats().tensors_offloaded;
     for (int i = 0; i < flags.steps; ++i) {
       Cuda(cudaDeviceSynchronize(), "sync");
@@ -815,6 +855,10 @@ int Main(int argc, char** argv) {
       times.push_back(NsSince(t0));
       host.push_back(c.engine_host_ns);
       cost.pushes += c.pushes;
+      for (int q = 0; q < kCalls; ++q) {
+        call_ns[q] += c.call_ns[q];
+        call_count[q] += c.call_count[q];
+      }
     }
     int64_t offloaded = off->stats().tensors_offloaded - offloaded0;
     unsigned long long high = 0;
@@ -866,6 +910,12 @@ int Main(int argc, char** argv) {
     row.bound_ns = sim.step_ns;
     row.sim_peak = sim.peak_bytes;
     row.hazards = sim.hazards;
+    SimResult sim_own = SimulateSchedule(s, k, own_ns, peak_d2h, peak_h2d);
+    row.bound_own_ns = sim_own.step_ns;
+    for (int g = 0; g < kGemms; ++g) (g < 5 ? row.fwd_ns : row.bwd_ns) += own_ns[g];
+    for (int q = 0; q < kCalls; ++q) {
+      row.call_us[q] = call_count[q] ? call_ns[q] / call_count[q] / 1e3 : 0;
+    }
     rows.push_back(row);
     std::fprintf(stderr, "k=%d done: step %.2f ms, bound %.2f ms\n", k,
                  row.step_ns / 1e6, row.bound_ns / 1e6);
@@ -906,6 +956,18 @@ int Main(int argc, char** argv) {
                           .c_str()
                     : "-",
                 r.host_ns_per_push / 1e3, r.identical ? "yes" : "NO");
+  }
+  std::printf("\n## Bound with each k's own GEMM times, and host cost per "
+              "call\n\n| k | fwd ms/layer | bwd ms/layer | bound (own) ms | "
+              "measured/bound (own) |");
+  for (int q = 0; q < kCalls; ++q) std::printf(" %s us |", kCallNames[q]);
+  std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    std::printf("| %d | %.3f | %.3f | %.2f | %.3f |", r.k, r.fwd_ns / 1e6,
+                r.bwd_ns / 1e6, r.bound_own_ns / 1e6,
+                r.step_ns / r.bound_own_ns);
+    for (int q = 0; q < kCalls; ++q) std::printf(" %.2f |", r.call_us[q]);
+    std::printf("\n");
   }
   std::printf("\nD2H/H2D GB/s: bytes / summed duration of the engine's copies"
               " (timed events around each cudaMemcpyAsync on the copy "

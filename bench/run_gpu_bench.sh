@@ -10,7 +10,8 @@
 #
 # There (`--on-device`, from the repository root): records the device, then
 # runs the layer stack at hidden 4096 x 8192 tokens and hidden 2048 x 16384
-# tokens (8 layers, k = 0..6). Logs go to $OUT: device.txt, h4096.md,
+# tokens (8 layers, k = 0..6). Logs go to $OUT: device.txt, clocks.csv
+# (nvidia-smi every 200 ms), h4096.md,
 # h2048.md (the tables), h4096.log, h2048.log (stderr: progress, engine
 # warnings). Exits non-zero if a run failed or was not bit-identical.
 #
@@ -46,6 +47,11 @@ on_device() {
     nproc
   } >"$out/device.txt" 2>&1
   cat "$out/device.txt"
+  # SM clock, power and temperature every 200 ms while the benchmark runs
+  # (do the GEMMs run at one speed with and without copies beside them?).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv -lms 200 >"$out/clocks.csv" 2>&1 &
+  local smi=$!
   local failures=0
   for cfg in "4096 8192" "2048 16384"; do
     set -- $cfg
@@ -61,6 +67,8 @@ on_device() {
       failures=$((failures + 1))
     fi
   done
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
   return $((failures > 0))
 }
 
