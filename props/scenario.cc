@@ -360,6 +360,11 @@ int64_t DeviceMemoryBound(const Scenario& scenario) {
     for (int l = 0; l <= last; ++l) {
       if (resident(l, step)) bytes += spec.ActivationBytes(l);
     }
+    // The manual driver starts a step's reloads before BackwardStep, which
+    // is what releases the previous backward layer: both are resident then.
+    if (scenario.mode == Scenario::Mode::kManual && step > n + 1) {
+      bytes += spec.ActivationBytes(last + 1);
+    }
     most = std::max(most, bytes);
   }
   // What stays regardless: kept tensors' buffers (a composite's scale is
