@@ -4,7 +4,7 @@
 // the measured pinned copy bandwidth). See docs/benchmarks.md.
 //
 //   layer_stack_bench --hidden=4096 --tokens=8192 [--layers=8] [--steps=5]
-//                     [--warmup=2] [--kmax=6]
+//                     [--warmup=2] [--kmax=6] [--retain]
 //
 // Per layer, forward (row-major, bf16, fp32 accumulation):
 //   qkv  = x    · Wqkv  [T,H]x[H,3H]     saved: x, qkv, attn, o, u
@@ -706,6 +706,9 @@ struct Flags {
   bool sim_only = false;
   std::vector<double> gemm_ms;  // --gemm_ms=a,b,... (15 values), sim only
   int trace_k = -1;             // --trace_k=K: print the simulator's trace
+  // --retain: OffloadOptions::retain_pinned_buffers (TE's
+  // retain_pinned_cpu_buffers): pinned buffers kept across steps.
+  bool retain = false;
 };
 
 double GiB(double b) { return b / double(int64_t{1} << 30); }
@@ -728,6 +731,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
     else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
     else if (a == "--sim_only") f.sim_only = true;
+    else if (a == "--retain") f.retain = true;
     else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
     else if (const char* v = val("--gemm_ms")) {
       for (const char* p = v; *p;) {
@@ -822,6 +826,7 @@ int Main(int argc, char** argv) {
     OffloadOptions oo;
     oo.model_layers = s.layers;
     oo.offloaded_layers = k;
+    oo.retain_pinned_buffers = flags.retain;
     auto off = Must(Offloader::Create(*be, oo), "Offloader::Create");
     for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
     Cuda(cudaDeviceSynchronize(), "sync");

@@ -28,10 +28,12 @@ Status Group::WrongState(const char* call) const {
                                  ": not allowed in this state");
 }
 
-int Group::Add(const Tensor& tensor, std::shared_ptr<Event> ready) {
+int Group::Add(const Tensor& tensor, std::shared_ptr<Event> ready,
+               bool ready_from_push) {
   Entry entry;
   entry.tensor = tensor;
   entry.ready = std::move(ready);
+  if (ready_from_push) entry.push_order = static_cast<int>(next_push_event_) - 1;
   entry.byte_offset = tensor.offset * tensor.element_size();
   entries_.push_back(std::move(entry));
   return static_cast<int>(entries_.size()) - 1;
@@ -220,20 +222,35 @@ Status Group::EnqueueOffloadCopies(bool gathered, const GroupContext& ctx) {
     OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*host_free_));  // last reload done
     host_free_pending_ = false;
   }
+  // Push events were recorded on the compute stream in push order, so
+  // waiting for one covers every earlier one: per span, wait only for its
+  // latest, and only if no later one was waited for already (the D2H stream
+  // is FIFO). Events the caller gave (other streams) are each waited for.
+  int waited_push = -1;
+  std::vector<Event*> waited;
   for (size_t k = 0; k < spans_.size(); ++k) {
     Span& span = spans_[k];
     if (span.device == nullptr) continue;  // placeholder
-    std::vector<Event*> waited;
     bool needs_gathered = false;
+    const Entry* latest = nullptr;
     for (int index : span.entries) {
-      Event* ready = entries_[index].ready.get();
+      const Entry& entry = entries_[index];
+      Event* ready = entry.ready.get();
       if (ready == nullptr) {
         needs_gathered = true;
+      } else if (entry.push_order >= 0) {
+        if (latest == nullptr || entry.push_order > latest->push_order) {
+          latest = &entry;
+        }
       } else if (std::find(waited.begin(), waited.end(), ready) ==
                  waited.end()) {
         waited.push_back(ready);
         OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*ready));
       }
+    }
+    if (latest != nullptr && latest->push_order > waited_push) {
+      OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*latest->ready));
+      waited_push = latest->push_order;
     }
     if (needs_gathered) OFFLOAD_RETURN_IF_ERROR(ctx.d2h->Wait(*gathered_));
     host_last_user_ = ctx.d2h;

@@ -43,9 +43,13 @@ class Group {
   int size() const { return static_cast<int>(entries_.size()); }
 
   // Adds a tensor pushed during the group's forward; its bytes are final
-  // once `ready` completes. Returns its index for Pop.
+  // once `ready` completes. `ready_from_push` says that `ready` is the event
+  // NextPushEvent returned last, recorded on the compute stream by the push:
+  // such points are ordered, so a copy waits only for the latest of them.
+  // Returns its index for Pop.
   // REQUIRES: state() == kNotOffloaded; `tensor` is a valid device tensor.
-  int Add(const Tensor& tensor, std::shared_ptr<Event> ready);
+  int Add(const Tensor& tensor, std::shared_ptr<Event> ready,
+          bool ready_from_push);
 
   // An event for Push to record on the compute stream (reused across
   // iterations). Errors: what Backend::NewEvent returns.
@@ -102,6 +106,7 @@ class Group {
   struct Entry {
     Tensor tensor;          // as pushed (the storage is dropped at release)
     std::shared_ptr<Event> ready;
+    int push_order = -1;    // index of its push event; -1: its own event
     int span = -1;          // -1: stays on device
     int64_t byte_offset = 0;  // of the view's first element in its storage
   };

@@ -313,12 +313,13 @@ StatusOr<SavedTensor> Offloader::PushOne(const Tensor& tensor, int layer) {
   }
   Group& group = *impl.groups[layer];
   std::shared_ptr<Event> ready = tensor.ready;
-  if (ready == nullptr) {
+  const bool from_push = ready == nullptr;
+  if (from_push) {
     OFFLOAD_ASSIGN_OR_RETURN(ready, group.NextPushEvent(impl.ctx));
     OFFLOAD_RETURN_IF_ERROR(impl.ctx.compute->Record(*ready));
   }
   saved.layer_ = layer;
-  saved.index_ = group.Add(tensor, std::move(ready));
+  saved.index_ = group.Add(tensor, std::move(ready), from_push);
   ++stats_.tensors_offloaded;
   return saved;
 }
