@@ -386,113 +386,84 @@ Status SimBackend::EnqueueCopy(int s, void* dst, const void* src,
                                 "': null source or destination");
   }
   if (bytes == 0) return OkStatus();
-  auto from = Resolve(src, bytes, "Copy on stream '" + name + "': source");
-  if (!from.ok()) return from.status();
-  auto to = Resolve(dst, bytes, "Copy on stream '" + name + "': destination");
-  if (!to.ok()) return to.status();
-  Block* from_block = from->block;
-  Block* to_block = to->block;
-  if (from_block == to_block && from->offset < to->offset + bytes &&
-      to->offset < from->offset + bytes) {
-    return InvalidArgumentError("Copy on stream '" + name +
-                                "': source and destination overlap in " +
-                                to_block->Name());
-  }
-  Op op;
-  op.kind = "copy";
-  op.what = from_block->Name() + "+" + std::to_string(from->offset) + " -> " +
-            to_block->Name() + "+" + std::to_string(to->offset) + " " +
-            Bytes(bytes);
-  op.duration_ns =
-      Jitter(CopyDurationNs(to_block->space, from_block->space, bytes));
-  if (from_block->space == MemorySpace::kDevice &&
-      to_block->space == MemorySpace::kPinnedHost) {
-    op.engine = Engine::kD2H;
-  } else if (from_block->space == MemorySpace::kPinnedHost &&
-             to_block->space == MemorySpace::kDevice) {
-    op.engine = Engine::kH2D;
-  }
-  if (options_.store_bytes) {
-    // The copy reads its source when it starts and writes its destination
-    // when it ends: a racing reader or writer sees what it would on a GPU.
-    auto staging = std::make_shared<std::vector<uint8_t>>();
-    op.on_start = [this, staging, src_address = from_block->address,
-                   src_id = from_block->id, src_offset = from->offset, bytes] {
-      staging->assign(bytes, kLostByte);  // stays so if the source is gone
-      Block* src_block = FindBlock(src_address, src_id);
-      if (src_block != nullptr && src_block->bytes != nullptr) {
-        std::memcpy(staging->data(), src_block->bytes.get() + src_offset,
-                    bytes);
-      }
-    };
-    op.on_end = [this, staging, dst_address = to_block->address,
-                 dst_id = to_block->id, dst_offset = to->offset, bytes] {
-      Block* dst_block = FindBlock(dst_address, dst_id);
-      if (dst_block != nullptr && dst_block->bytes != nullptr) {
-        std::memcpy(dst_block->bytes.get() + dst_offset, staging->data(),
-                    bytes);
-      }
-      staging->clear();
-      staging->shrink_to_fit();
-    };
-  }
-  uint64_t from_id = from_block->id, to_id = to_block->id;
-  int64_t from_offset = from->offset, to_offset = to->offset;
-  VectorClock clock;
-  AccessOp ref = Enqueue(s, std::move(op), &clock);
-  detector_.OnRead(from_id, from_offset, from_offset + bytes, ref, clock);
-  detector_.OnWrite(to_id, to_offset, to_offset + bytes, ref, clock);
-  return OkStatus();
+  return EnqueueTransfer(
+      s, /*gather=*/false, dst, src, bytes, bytes,
+      [bytes](const uint8_t* source, uint8_t* staging) {
+        std::memcpy(staging, source, bytes);
+      });
 }
 
 Status SimBackend::EnqueueGather(int s, void* dst, const void* src,
                                  int64_t element_size,
                                  const std::vector<int64_t>& shape,
                                  const std::vector<int64_t>& strides) {
-  const std::string& name = streams_[s].handle->name_;
-  OFFLOAD_RETURN_IF_ERROR(
-      ValidateGather(name, dst, src, element_size, shape, strides));
+  OFFLOAD_RETURN_IF_ERROR(ValidateGather(streams_[s].handle->name_, dst, src,
+                                         element_size, shape, strides));
   int64_t elements = 1, last = 0;
   for (size_t i = 0; i < shape.size(); ++i) {
     elements *= shape[i];
     last += (shape[i] - 1) * strides[i];
   }
   if (elements == 0) return OkStatus();
-  const int64_t bytes = elements * element_size;
-  const int64_t extent = (last + 1) * element_size;
-  auto from = Resolve(src, extent, "Gather on stream '" + name + "': source");
+  return EnqueueTransfer(
+      s, /*gather=*/true, dst, src, elements * element_size,
+      (last + 1) * element_size,
+      [element_size, shape, strides](const uint8_t* source, uint8_t* staging) {
+        ForEachContiguousRun(element_size, shape, strides,
+                             [&](int64_t in, int64_t out, int64_t n) {
+                               std::memcpy(staging + out, source + in, n);
+                             });
+      });
+}
+
+Status SimBackend::EnqueueTransfer(
+    int s, bool gather, void* dst, const void* src, int64_t bytes,
+    int64_t extent, std::function<void(const uint8_t*, uint8_t*)> read) {
+  const std::string where = std::string(gather ? "Gather" : "Copy") +
+                            " on stream '" + streams_[s].handle->name_ + "'";
+  auto from = Resolve(src, extent, where + ": source");
   if (!from.ok()) return from.status();
-  auto to = Resolve(dst, bytes, "Gather on stream '" + name + "': destination");
+  auto to = Resolve(dst, bytes, where + ": destination");
   if (!to.ok()) return to.status();
   Block* from_block = from->block;
   Block* to_block = to->block;
   if (from_block == to_block && from->offset < to->offset + bytes &&
       to->offset < from->offset + extent) {
-    return InvalidArgumentError("Gather on stream '" + name +
-                                "': source and destination overlap in " +
+    return InvalidArgumentError(where + ": source and destination overlap in " +
                                 to_block->Name());
   }
   Op op;
-  op.kind = "gather";
+  op.kind = gather ? "gather" : "copy";
   op.what = from_block->Name() + "+" + std::to_string(from->offset) + " -> " +
             to_block->Name() + "+" + std::to_string(to->offset) + " " +
             Bytes(bytes);
-  op.duration_ns = Jitter(options_.copy_latency_ns +
-                          static_cast<int64_t>(std::ceil(
-                              static_cast<double>(bytes) / options_.d2d_gbps)));
+  if (gather) {
+    // A kernel on the stream's SMs, at device-to-device speed.
+    op.duration_ns = Jitter(CopyDurationNs(MemorySpace::kDevice,
+                                           MemorySpace::kDevice, bytes));
+  } else {
+    op.duration_ns =
+        Jitter(CopyDurationNs(to_block->space, from_block->space, bytes));
+    if (from_block->space == MemorySpace::kDevice &&
+        to_block->space == MemorySpace::kPinnedHost) {
+      op.engine = Engine::kD2H;
+    } else if (from_block->space == MemorySpace::kPinnedHost &&
+               to_block->space == MemorySpace::kDevice) {
+      op.engine = Engine::kH2D;
+    }
+  }
   if (options_.store_bytes) {
+    // It reads its source when it starts and writes its destination when it
+    // ends: a racing reader or writer sees what it would on a GPU.
     auto staging = std::make_shared<std::vector<uint8_t>>();
     op.on_start = [this, staging, src_address = from_block->address,
                    src_id = from_block->id, src_offset = from->offset, bytes,
-                   element_size, shape, strides] {
-      staging->assign(bytes, kLostByte);
+                   read = std::move(read)] {
+      staging->assign(bytes, kLostByte);  // stays so if the source is gone
       Block* src_block = FindBlock(src_address, src_id);
-      if (src_block == nullptr || src_block->bytes == nullptr) return;
-      const uint8_t* base = src_block->bytes.get() + src_offset;
-      ForEachContiguousRun(element_size, shape, strides,
-                           [&](int64_t in, int64_t out, int64_t n) {
-                             std::memcpy(staging->data() + out, base + in, n);
-                           });
+      if (src_block != nullptr && src_block->bytes != nullptr) {
+        read(src_block->bytes.get() + src_offset, staging->data());
+      }
     };
     op.on_end = [this, staging, dst_address = to_block->address,
                  dst_id = to_block->id, dst_offset = to->offset, bytes] {

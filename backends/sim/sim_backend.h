@@ -222,6 +222,11 @@ class SimBackend final : public Backend {
   Status EnqueueGather(int stream, void* dst, const void* src,
                        int64_t element_size, const std::vector<int64_t>& shape,
                        const std::vector<int64_t>& strides);
+  // What Copy and Gather share: reads `extent` bytes at `src` (through
+  // `read`, which fills `bytes` of staging) and writes `bytes` at `dst`.
+  Status EnqueueTransfer(int stream, bool gather, void* dst, const void* src,
+                         int64_t bytes, int64_t extent,
+                         std::function<void(const uint8_t*, uint8_t*)> read);
   Status RecordEvent(int stream, SimEvent& event);
   Status WaitEvent(int stream, const SimEvent& event);
   void SynchronizeStream(int stream);
