@@ -62,8 +62,6 @@ class SavedTensor {
   std::string name_;
 };
 
-class Group;
-
 class Offloader {
  public:
   // Errors: kInvalidArgument for inconsistent options: model_layers < 1,
