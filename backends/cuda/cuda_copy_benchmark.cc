@@ -113,6 +113,20 @@ double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// The figures of a run of `count` copies of `bytes` in each measured
+// direction, started at `start`, all enqueued by `enqueued`.
+Sample BothDirections(int64_t bytes, int64_t count, bool d2h, bool h2d,
+                      Clock::time_point start, Clock::time_point enqueued,
+                      Clock::time_point d2h_end, Clock::time_point h2d_end) {
+  const double total = static_cast<double>(bytes) * count;
+  Sample sample;
+  if (d2h) sample.d2h_gbps = total / Seconds(d2h_end - start) / 1e9;
+  if (h2d) sample.h2d_gbps = total / Seconds(h2d_end - start) / 1e9;
+  sample.enqueue_us_per_copy = Seconds(enqueued - start) * 1e6 /
+                               static_cast<double>(count * (d2h + h2d));
+  return sample;
+}
+
 // Raw CUDA: its own streams, events and memory.
 class Raw {
  public:
@@ -204,12 +218,8 @@ class Raw {
         h2d_pending = false;
       }
     }
-    const double total = static_cast<double>(bytes) * count;
-    Sample sample;
-    if (d2h) sample.d2h_gbps = total / Seconds(d2h_end - start) / 1e9;
-    if (h2d) sample.h2d_gbps = total / Seconds(h2d_end - start) / 1e9;
-    sample.enqueue_us_per_copy = Seconds(enqueued - start) * 1e6 /
-                                 static_cast<double>(count * (d2h + h2d));
+    Sample sample = BothDirections(bytes, count, d2h, h2d, start, enqueued,
+                                   d2h_end, h2d_end);
     return sample;
   }
 
@@ -380,12 +390,8 @@ class ThroughBackend {
         h2d_pending = false;
       }
     }
-    const double total = static_cast<double>(bytes) * count;
-    Sample sample;
-    if (d2h) sample.d2h_gbps = total / Seconds(d2h_end - start) / 1e9;
-    if (h2d) sample.h2d_gbps = total / Seconds(h2d_end - start) / 1e9;
-    sample.enqueue_us_per_copy = Seconds(enqueued - start) * 1e6 /
-                                 static_cast<double>(count * (d2h + h2d));
+    Sample sample = BothDirections(bytes, count, d2h, h2d, start, enqueued,
+                                   d2h_end, h2d_end);
     if (allocate && d2h) {
       t.alloc_us /= count;
       t.copy_us /= count;
