@@ -16,7 +16,7 @@
 
 #include "backends/sim/sim_backend.h"
 #include "engine/offload.h"
-#include "engine/offload_test_util.h"
+#include "testing/offload_test_util.h"
 #include "engine/schedule.h"
 #include "engine/tensor.h"
 #include "gmock/gmock.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
-#include "engine/offload_test_util.h"
+#include "testing/offload_test_util.h"
 #include "engine/schedule.h"
 #include "engine/tensor.h"
 #include "gmock/gmock.h"

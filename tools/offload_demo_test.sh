@@ -4,7 +4,7 @@
 # device memory, the step-time ratio is reported, popped bytes are identical
 # and no hazard is found. Bad flags are rejected.
 set -euo pipefail
-demo="$TEST_SRCDIR/activation_offload/backends/sim/offload_demo"
+demo="$TEST_SRCDIR/activation_offload/tools/offload_demo"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$demo" --layers=4 --offloaded=2 --mib_per_layer=2 --compute_us=100)

@@ -6,8 +6,8 @@
 // storage byte i equal to PatternByte(i, seed) as MakeDeviceTensor makes
 // them; PatternTensorBytes(view, seed) gives the bytes any view should have.
 
-#ifndef OFFLOAD_ENGINE_OFFLOAD_TEST_UTIL_H_
-#define OFFLOAD_ENGINE_OFFLOAD_TEST_UTIL_H_
+#ifndef OFFLOAD_TESTING_OFFLOAD_TEST_UTIL_H_
+#define OFFLOAD_TESTING_OFFLOAD_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -259,4 +259,4 @@ inline OffloadOptions ManualOptions(int layers) {
 }  // namespace offload_test
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_OFFLOAD_TEST_UTIL_H_
+#endif  // OFFLOAD_TESTING_OFFLOAD_TEST_UTIL_H_
