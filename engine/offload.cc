@@ -1,3 +1,7 @@
+// The layer front door: TE's policy of when each layer's group moves
+// (default k-of-n, a schedule table, or manual calls), on the shared
+// mechanism of engine/core.
+
 #include "engine/offload.h"
 
 #include <map>
@@ -5,63 +9,410 @@
 #include <utility>
 #include <vector>
 
-#include "engine/group.h"
+#include "engine/core/group_key.h"
+#include "engine/core/offload_core.h"
+#include "engine/core/offload_group.h"
 
 namespace offload {
 namespace {
 
 std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
 
+// SPEC §1.2: what is never offloaded.
+bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
+  return tensor.flags.parameter || tensor.flags.weight ||
+         tensor.flags.do_not_offload ||
+         tensor.storage->space() != MemorySpace::kDevice ||
+         tensor.numel() < min_elements;
+}
+
+void Merge(Status& first, const Status& status) {
+  if (first.ok() && !status.ok()) first = status;
+}
+
 }  // namespace
 
-struct Offloader::Impl {
-  GroupContext ctx;
-  std::vector<std::unique_ptr<Group>> groups;
-  // Schedule: which layers are released / start reloading at each step
-  // (schedule.h: forward of the c-th layer is step c, backward n + c).
-  std::map<int, std::vector<int>> release_at;
-  std::map<int, std::vector<int>> reload_at;
-
-  uint64_t iteration = 1;
-  int forward_count = 0;   // layers whose forward began this iteration
-  int backward_count = 0;  // layers whose backward began this iteration
-  int open_layer = -1;     // the layer whose pushes are being collected
-  int last_backward = -1;  // released when the next backward step begins
-  std::vector<bool> backward_begun;
-
-  std::string Iteration() const {
-    return "iteration " + std::to_string(iteration);
+class Offloader::Impl {
+ public:
+  Impl(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
+       Stream& d2h, Stream& h2d)
+      : options_(options),
+        schedule_(std::move(schedule)),
+        core_(backend, d2h, h2d,
+              CoreOptions{options.min_span_coverage, options.skip_sparse_views,
+                          options.warnings_to_stderr}) {
+    const int n = options_.model_layers;
+    for (int layer = 0; layer < n; ++layer) {
+      groups_.push_back(std::make_unique<OffloadGroup>(
+          core_, GroupKey::Layer(layer), /*pinned_tag=*/layer));
+    }
+    backward_begun_.assign(n, false);
+    for (const auto& [layer, entry] : schedule_) {
+      release_at_[ScheduleStep(n, entry.offload_fwd, entry.offload_num)]
+          .push_back(layer);
+      reload_at_[ScheduleStep(n, entry.reload_fwd, entry.reload_num)]
+          .push_back(layer);
+    }
   }
+
+  StatusOr<int> ForwardStep();
+  Status BackwardStep(int layer);
+  Status FinishBackward();
+  StatusOr<SavedTensor> Push(const Tensor& tensor);
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
+  StatusOr<Tensor> Pop(const SavedTensor& saved);
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
+  Status Manual(const char* call, int layer);
+
+  bool WillOffload(int layer) const {
+    if (!options_.enabled || layer < 0 || layer >= options_.model_layers) {
+      return false;
+    }
+    return options_.manual_synchronization || schedule_.count(layer) > 0;
+  }
+  GroupState state(int layer) const {
+    if (layer < 0 || layer >= options_.model_layers) {
+      return GroupState::kNotOffloaded;
+    }
+    return groups_[layer]->state();
+  }
+  int64_t OffloadedBytes() const {
+    int64_t total = core_.pinned().bytes();
+    for (const auto& group : groups_) total += group->host_bytes();
+    return total;
+  }
+  const ScheduleTable& schedule() const { return schedule_; }
+  OffloadCore& core() { return core_; }
+  const OffloadCore& core() const { return core_; }
+
+ private:
+  std::string Iteration() const {
+    return "iteration " + std::to_string(iteration_);
+  }
+  Status CloseForward();
+  Status RunStep(int step);
+  Status CheckPush(const std::string& what) const;
+  Status CheckHandle(const SavedTensor& saved, const char* call) const;
+  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int layer);
+  StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  SavedTensor Kept(const Tensor& tensor, int layer) const {
+    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+  }
+
+  const OffloadOptions options_;
+  const ScheduleTable schedule_;
+  const uint64_t owner_ = NewSavedTensorOwnerId();
+  OffloadCore core_;  // before groups_: they use it until destroyed
+  std::vector<std::unique_ptr<OffloadGroup>> groups_;
+  // The policy: which layers are released / start reloading at each step
+  // (schedule.h: forward of the c-th layer is step c, backward n + c).
+  std::map<int, std::vector<int>> release_at_;
+  std::map<int, std::vector<int>> reload_at_;
+
+  uint64_t iteration_ = 1;
+  int forward_count_ = 0;   // layers whose forward began this iteration
+  int backward_count_ = 0;  // layers whose backward began this iteration
+  int open_layer_ = -1;     // the layer whose pushes are being collected
+  int last_backward_ = -1;  // released when the next backward step begins
+  std::vector<bool> backward_begun_;
 };
 
-Offloader::Offloader(Backend& backend, const OffloadOptions& options,
-                     ScheduleTable schedule, Stream* d2h, Stream* h2d)
-    : backend_(backend),
-      options_(options),
-      schedule_(std::move(schedule)),
-      diagnostics_(options.warnings_to_stderr),
-      impl_(std::make_unique<Impl>()) {
-  Impl& impl = *impl_;
-  impl.ctx = GroupContext{&backend_, &backend_.ComputeStream(), d2h, h2d,
-                          &options_, &diagnostics_, &stats_};
-  for (int layer = 0; layer < options_.model_layers; ++layer) {
-    impl.groups.push_back(std::make_unique<Group>(layer));
+// Ends the collection of the open layer's pushes; with automatic scheduling
+// an offloaded layer starts its offload now. Idempotent.
+Status Offloader::Impl::CloseForward() {
+  if (open_layer_ < 0) return OkStatus();
+  OffloadGroup& group = *groups_[open_layer_];
+  if (!options_.manual_synchronization && WillOffload(open_layer_) &&
+      group.state() == GroupState::kNotOffloaded) {
+    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
   }
-  impl.backward_begun.assign(options_.model_layers, false);
-  const int n = options_.model_layers;
-  for (const auto& [layer, entry] : schedule_) {
-    impl.release_at[ScheduleStep(n, entry.offload_fwd, entry.offload_num)]
-        .push_back(layer);
-    impl.reload_at[ScheduleStep(n, entry.reload_fwd, entry.reload_num)]
-        .push_back(layer);
-  }
+  open_layer_ = -1;
+  return OkStatus();
 }
 
-Offloader::~Offloader() {
-  // Whatever is in flight keeps its memory until the copies using it are
-  // done: every free below is ordered after them.
-  for (auto& group : impl_->groups) group->Shutdown(impl_->ctx);
+// The releases and reloads the schedule puts at `step`. Each acts only on a
+// group in the state before it, so a step retried after a failed reload
+// does only what is left.
+Status Offloader::Impl::RunStep(int step) {
+  if (auto it = release_at_.find(step); it != release_at_.end()) {
+    for (int layer : it->second) {
+      OffloadGroup& group = *groups_[layer];
+      if (group.state() == GroupState::kOffloadStarted) {
+        OFFLOAD_RETURN_IF_ERROR(group.ReleaseForwardMemory());
+      }
+    }
+  }
+  if (auto it = reload_at_.find(step); it != reload_at_.end()) {
+    for (int layer : it->second) {
+      OffloadGroup& group = *groups_[layer];
+      if (group.state() == GroupState::kOffloadFinished) {
+        OFFLOAD_RETURN_IF_ERROR(group.StartReload());
+      }
+    }
+  }
+  return OkStatus();
 }
+
+StatusOr<int> Offloader::Impl::ForwardStep() {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return forward_count_++ % n;
+  if (backward_count_ > 0) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": the backward pass began; "
+        "call FinishBackward before the next forward");
+  }
+  if (forward_count_ == n) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": all " + std::to_string(n) +
+        " layers already ran forward; call BackwardStep and FinishBackward "
+        "first");
+  }
+  const int layer = forward_count_;
+  const std::string where = "ForwardStep to " + LayerName(layer);
+  OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
+  OFFLOAD_RETURN_IF_ERROR(
+      RunStep(ScheduleStep(n, true, layer + 1)).WithContext(where));
+  forward_count_ = layer + 1;
+  open_layer_ = layer;
+  return layer;
+}
+
+Status Offloader::Impl::BackwardStep(int layer) {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "BackwardStep(" + LayerName(layer) + ") in " + Iteration();
+  if (layer < 0 || layer >= n) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(n) + " layers");
+  }
+  if (layer >= forward_count_) {
+    return FailedPreconditionError(
+        where + ": its forward has not run (" +
+        std::to_string(forward_count_) + " layers ran forward)");
+  }
+  if (backward_begun_[layer]) {
+    return FailedPreconditionError(where + ": its backward already began");
+  }
+  OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
+  // The previous backward layer is done: drop its memory. Once released it
+  // stays so, even if an ordering call failed (its memory is then kept).
+  if (last_backward_ >= 0) {
+    OffloadGroup& previous = *groups_[last_backward_];
+    if (previous.state() != GroupState::kReleased) {
+      OFFLOAD_RETURN_IF_ERROR(
+          previous.ReleaseAll(options_.retain_pinned_buffers)
+              .WithContext(where));
+    }
+  }
+  OFFLOAD_RETURN_IF_ERROR(
+      RunStep(ScheduleStep(n, false, backward_count_ + 1)).WithContext(where));
+  backward_begun_[layer] = true;
+  backward_count_++;
+  last_backward_ = layer;
+  return OkStatus();
+}
+
+Status Offloader::Impl::FinishBackward() {
+  if (!options_.enabled) {
+    forward_count_ = 0;
+    return OkStatus();
+  }
+  if (backward_count_ == 0) {
+    return FailedPreconditionError("FinishBackward in " + Iteration() +
+                                   ": no backward step was taken");
+  }
+  // The iteration ends whatever fails here; memory whose free could not be
+  // ordered is kept (warned) and the first such error returned.
+  Status first = OkStatus();
+  open_layer_ = -1;
+  for (auto& group : groups_) {
+    if (group->state() != GroupState::kReleased) {
+      Merge(first, group->ReleaseAll(options_.retain_pinned_buffers));
+    }
+    group->BeginIteration();
+  }
+  Merge(first, core_.RetryKept());
+  iteration_++;
+  forward_count_ = 0;
+  backward_count_ = 0;
+  last_backward_ = -1;
+  backward_begun_.assign(options_.model_layers, false);
+  return first.WithContext("FinishBackward (the iteration ended)");
+}
+
+Status Offloader::Impl::CheckPush(const std::string& what) const {
+  if (open_layer_ >= 0) return OkStatus();
+  std::string why =
+      forward_count_ == 0
+          ? "no ForwardStep yet in " + Iteration()
+          : "the forward of " + LayerName(forward_count_ - 1) +
+                " was closed (by StartOffload or a BackwardStep)";
+  return FailedPreconditionError("Push of " + what +
+                                 ": no layer's forward is open: " + why);
+}
+
+StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
+                                               int layer) {
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    ++core_.stats().tensors_kept;
+    return Kept(tensor, layer);
+  }
+  OffloadGroup& group = *groups_[layer];
+  std::shared_ptr<Event> ready = tensor.ready;
+  const bool from_push = ready == nullptr;
+  if (from_push) {
+    OFFLOAD_ASSIGN_OR_RETURN(ready, group.NextPushEvent());
+    OFFLOAD_RETURN_IF_ERROR(core_.compute().Record(*ready));
+  }
+  const int index = group.Add(tensor, std::move(ready), from_push);
+  ++core_.stats().tensors_offloaded;
+  return SavedTensor(owner_, iteration_, layer,
+                     SavedTensor::InGroup{layer, index});
+}
+
+StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
+  if (!options_.enabled) return Kept(tensor, -1);
+  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
+  const int layer = open_layer_;
+  // SPEC §4.4: no processing at all for layers that are not offloaded.
+  if (!WillOffload(layer)) return Kept(tensor, layer);
+  OFFLOAD_RETURN_IF_ERROR(
+      ValidateTensor(tensor).WithContext("Push in " + LayerName(layer)));
+  return PushOne(tensor, layer);
+}
+
+StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
+  const bool enabled = options_.enabled;
+  if (enabled) {
+    OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
+  }
+  const int layer = enabled ? open_layer_ : -1;
+  const bool offloaded = enabled && WillOffload(layer);
+  // Check every component before touching anything: a failed push adds
+  // nothing to the group.
+  if (offloaded) {
+    for (size_t i = 0; i < tensor.components.size(); ++i) {
+      if (!tensor.components[i].has_value()) continue;
+      OFFLOAD_RETURN_IF_ERROR(ValidateTensor(*tensor.components[i])
+                                  .WithContext("Push in " + LayerName(layer) +
+                                               " of composite '" + tensor.name +
+                                               "' component " +
+                                               std::to_string(i)));
+    }
+  }
+  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
+  for (const std::optional<Tensor>& component : tensor.components) {
+    if (!component.has_value()) {
+      composite.components.emplace_back();
+    } else if (!offloaded) {
+      composite.components.emplace_back(Kept(*component, layer));
+    } else {
+      OFFLOAD_ASSIGN_OR_RETURN(SavedTensor part, PushOne(*component, layer));
+      composite.components.emplace_back(std::move(part));
+    }
+  }
+  return SavedTensor(owner_, iteration_, layer, std::move(composite));
+}
+
+Status Offloader::Impl::CheckHandle(const SavedTensor& saved,
+                                    const char* call) const {
+  if (saved.owner() == 0) {
+    return InvalidArgumentError(std::string(call) +
+                                ": an empty SavedTensor (not from Push)");
+  }
+  if (saved.owner() != owner_) {
+    return InvalidArgumentError(std::string(call) +
+                                ": the SavedTensor belongs to another "
+                                "Offloader");
+  }
+  if (options_.enabled && saved.iteration() != iteration_) {
+    return InvalidArgumentError(
+        std::string(call) + ": the SavedTensor was pushed in iteration " +
+        std::to_string(saved.iteration()) + ", this is " + Iteration());
+  }
+  return OkStatus();
+}
+
+StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
+  if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
+  const SavedTensor::InGroup* entry = saved.group_entry();
+  if (entry == nullptr || entry->group < 0 ||
+      entry->group >= static_cast<int>(groups_.size())) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (no group " +
+                                std::string(entry ? std::to_string(entry->group)
+                                                  : "entry") + ")");
+  }
+  return groups_[entry->group]->Pop(entry->index);
+}
+
+StatusOr<Tensor> Offloader::Impl::Pop(const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
+  if (const SavedTensor::Composite* composite = saved.composite()) {
+    return InvalidArgumentError("Pop of composite '" + composite->name +
+                                "': use PopComposite");
+  }
+  return PopOne(saved);
+}
+
+StatusOr<CompositeTensor> Offloader::Impl::PopComposite(
+    const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
+  const SavedTensor::Composite* composite = saved.composite();
+  if (composite == nullptr) {
+    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
+  }
+  CompositeTensor tensor;
+  tensor.name = composite->name;
+  tensor.metadata = composite->metadata;
+  for (const std::optional<SavedTensor>& component : composite->components) {
+    if (!component.has_value()) {
+      tensor.components.emplace_back();
+      continue;
+    }
+    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, PopOne(*component));
+    tensor.components.emplace_back(std::move(part));
+  }
+  return tensor;
+}
+
+Status Offloader::Impl::Manual(const char* call, int layer) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where = std::string(call) + "(" + LayerName(layer) + ")";
+  if (!options_.manual_synchronization) {
+    return FailedPreconditionError(
+        where + ": only with manual_synchronization; otherwise the schedule "
+                "decides when layers offload and reload");
+  }
+  if (layer < 0 || layer >= options_.model_layers) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(options_.model_layers) +
+                                " layers");
+  }
+  if (layer >= forward_count_) {
+    return FailedPreconditionError(where + ": its forward has not begun in " +
+                                   Iteration());
+  }
+  OffloadGroup& group = *groups_[layer];
+  const std::string name = call;
+  if (name == "StartOffload") {
+    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
+    if (open_layer_ == layer) open_layer_ = -1;  // closed
+    return OkStatus();
+  }
+  if (name == "ReleaseForwardMemory") return group.ReleaseForwardMemory();
+  return group.StartReload();
+}
+
+// ---------------------------------------------------------------------------
+// The public class forwards to Impl.
+
+Offloader::Offloader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+// Groups go first (Impl's member order), each freeing its memory ordered
+// after the copies that use it; then the core returns pooled and kept
+// memory the same way.
+Offloader::~Offloader() = default;
 
 StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
     Backend& backend, const OffloadOptions& options) {
@@ -102,8 +453,10 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
                         options.offloaded_layers == options.model_layers - 1;
     }
   }
-  Stream* d2h = nullptr;
-  Stream* h2d = nullptr;
+  // Disabled: no copy stream is made (the core is given the compute stream
+  // and never copies).
+  Stream* d2h = &backend.ComputeStream();
+  Stream* h2d = d2h;
   if (options.enabled) {
     if (options.offload_stream != nullptr) {
       d2h = h2d = options.offload_stream;
@@ -112,377 +465,51 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
       OFFLOAD_ASSIGN_OR_RETURN(h2d, backend.NewStream("offload_h2d"));
     }
   }
-  std::unique_ptr<Offloader> offloader(
-      new Offloader(backend, options, std::move(schedule), d2h, h2d));
+  auto impl = std::make_unique<Impl>(backend, options, std::move(schedule),
+                                     *d2h, *h2d);
   if (warn_no_overlap) {
-    offloader->diagnostics_.Warn(
+    impl->core().Warn(
         "offloading " + std::to_string(options.offloaded_layers) + " of " +
         std::to_string(options.model_layers) +
         " layers leaves one layer's activations on device: compute and "
         "copies cannot overlap; offload at most model_layers - 2 for overlap");
   }
-  return offloader;
+  return std::unique_ptr<Offloader>(new Offloader(std::move(impl)));
 }
 
-bool Offloader::WillOffload(int layer) const {
-  if (!options_.enabled || layer < 0 || layer >= options_.model_layers) {
-    return false;
-  }
-  return options_.manual_synchronization || schedule_.count(layer) > 0;
-}
-
-GroupState Offloader::state(int layer) const {
-  if (layer < 0 || layer >= options_.model_layers) {
-    return GroupState::kNotOffloaded;
-  }
-  return impl_->groups[layer]->state();
-}
-
-int64_t Offloader::OffloadedBytes() const {
-  int64_t total = 0;
-  for (const auto& group : impl_->groups) total += group->host_bytes();
-  return total;
-}
-
-// Ends the collection of the open layer's pushes; with automatic scheduling
-// an offloaded layer starts its offload now. Idempotent.
-static Status CloseForward(Offloader::Impl& impl, bool automatic,
-                           bool offloaded) {
-  if (impl.open_layer < 0) return OkStatus();
-  Group& group = *impl.groups[impl.open_layer];
-  if (automatic && offloaded && group.state() == GroupState::kNotOffloaded) {
-    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(impl.ctx));
-  }
-  impl.open_layer = -1;
-  return OkStatus();
-}
-
-// The releases and reloads the schedule puts at `step`. Each acts only on a
-// group in the state before it, so a step retried after a failed reload
-// does only what is left.
-static Status RunStep(Offloader::Impl& impl, int step) {
-  if (auto it = impl.release_at.find(step); it != impl.release_at.end()) {
-    for (int layer : it->second) {
-      Group& group = *impl.groups[layer];
-      if (group.state() == GroupState::kOffloadStarted) {
-        OFFLOAD_RETURN_IF_ERROR(group.ReleaseForwardMemory(impl.ctx));
-      }
-    }
-  }
-  if (auto it = impl.reload_at.find(step); it != impl.reload_at.end()) {
-    for (int layer : it->second) {
-      Group& group = *impl.groups[layer];
-      if (group.state() == GroupState::kOffloadFinished) {
-        OFFLOAD_RETURN_IF_ERROR(group.StartReload(impl.ctx));
-      }
-    }
-  }
-  return OkStatus();
-}
-
-StatusOr<int> Offloader::ForwardStep() {
-  Impl& impl = *impl_;
-  const int n = options_.model_layers;
-  if (!options_.enabled) return impl.forward_count++ % n;
-  if (impl.backward_count > 0) {
-    return FailedPreconditionError(
-        "ForwardStep in " + impl.Iteration() + ": the backward pass began; "
-        "call FinishBackward before the next forward");
-  }
-  if (impl.forward_count == n) {
-    return FailedPreconditionError(
-        "ForwardStep in " + impl.Iteration() + ": all " + std::to_string(n) +
-        " layers already ran forward; call BackwardStep and FinishBackward "
-        "first");
-  }
-  const int layer = impl.forward_count;
-  bool automatic = !options_.manual_synchronization;
-  if (impl.open_layer >= 0) {
-    OFFLOAD_RETURN_IF_ERROR(
-        CloseForward(impl, automatic, WillOffload(impl.open_layer))
-            .WithContext("ForwardStep to " + LayerName(layer)));
-  }
-  OFFLOAD_RETURN_IF_ERROR(RunStep(impl, ScheduleStep(n, true, layer + 1))
-                              .WithContext("ForwardStep to " + LayerName(layer)));
-  impl.forward_count = layer + 1;
-  impl.open_layer = layer;
-  return layer;
-}
-
-Status Offloader::BackwardStep(int layer) {
-  Impl& impl = *impl_;
-  const int n = options_.model_layers;
-  if (!options_.enabled) return OkStatus();
-  std::string where = "BackwardStep(" + LayerName(layer) + ") in " +
-                      impl.Iteration();
-  if (layer < 0 || layer >= n) {
-    return InvalidArgumentError(where + ": no such layer in a model of " +
-                                std::to_string(n) + " layers");
-  }
-  if (layer >= impl.forward_count) {
-    return FailedPreconditionError(
-        where + ": its forward has not run (" +
-        std::to_string(impl.forward_count) + " layers ran forward)");
-  }
-  if (impl.backward_begun[layer]) {
-    return FailedPreconditionError(where + ": its backward already began");
-  }
-  bool automatic = !options_.manual_synchronization;
-  if (impl.open_layer >= 0) {
-    OFFLOAD_RETURN_IF_ERROR(
-        CloseForward(impl, automatic, WillOffload(impl.open_layer))
-            .WithContext(where));
-  }
-  // The previous backward layer is done: drop its memory.
-  if (impl.last_backward >= 0) {
-    Group& previous = *impl.groups[impl.last_backward];
-    if (previous.state() != GroupState::kReleased) {
-      previous.ReleaseAll(impl.ctx, options_.retain_pinned_buffers);
-    }
-  }
-  OFFLOAD_RETURN_IF_ERROR(
-      RunStep(impl, ScheduleStep(n, false, impl.backward_count + 1))
-          .WithContext(where));
-  impl.backward_begun[layer] = true;
-  impl.backward_count++;
-  impl.last_backward = layer;
-  return OkStatus();
-}
-
-Status Offloader::FinishBackward() {
-  Impl& impl = *impl_;
-  if (!options_.enabled) {
-    impl.forward_count = 0;
-    return OkStatus();
-  }
-  if (impl.backward_count == 0) {
-    return FailedPreconditionError("FinishBackward in " + impl.Iteration() +
-                                   ": no backward step was taken");
-  }
-  impl.open_layer = -1;
-  for (auto& group : impl.groups) {
-    if (group->state() != GroupState::kReleased) {
-      group->ReleaseAll(impl.ctx, options_.retain_pinned_buffers);
-    }
-    group->BeginIteration();
-  }
-  impl.iteration++;
-  impl.forward_count = 0;
-  impl.backward_count = 0;
-  impl.last_backward = -1;
-  impl.backward_begun.assign(options_.model_layers, false);
-  return OkStatus();
-}
-
-namespace {
-
-// SPEC §1.2: what is never offloaded.
-bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
-  return tensor.flags.parameter || tensor.flags.weight ||
-         tensor.flags.do_not_offload ||
-         tensor.storage->space() != MemorySpace::kDevice ||
-         tensor.numel() < min_elements;
-}
-
-}  // namespace
-
-Status Offloader::CheckPush(const std::string& what) const {
-  const Impl& impl = *impl_;
-  if (impl.open_layer < 0) {
-    std::string why =
-        impl.forward_count == 0
-            ? "no ForwardStep yet in " + impl.Iteration()
-            : "the forward of " + LayerName(impl.forward_count - 1) +
-                  " was closed (by StartOffload or a BackwardStep)";
-    return FailedPreconditionError("Push of " + what +
-                                   ": no layer's forward is open: " + why);
-  }
-  return OkStatus();
-}
-
-StatusOr<SavedTensor> Offloader::PushOne(const Tensor& tensor, int layer) {
-  Impl& impl = *impl_;
-  SavedTensor saved;
-  saved.owner_ = reinterpret_cast<uintptr_t>(this);
-  saved.iteration_ = impl.iteration;
-  saved.pushed_layer_ = layer;
-  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
-    saved.kept_ = tensor;
-    ++stats_.tensors_kept;
-    return saved;
-  }
-  Group& group = *impl.groups[layer];
-  std::shared_ptr<Event> ready = tensor.ready;
-  const bool from_push = ready == nullptr;
-  if (from_push) {
-    OFFLOAD_ASSIGN_OR_RETURN(ready, group.NextPushEvent(impl.ctx));
-    OFFLOAD_RETURN_IF_ERROR(impl.ctx.compute->Record(*ready));
-  }
-  saved.layer_ = layer;
-  saved.index_ = group.Add(tensor, std::move(ready), from_push);
-  ++stats_.tensors_offloaded;
-  return saved;
-}
-
+StatusOr<int> Offloader::ForwardStep() { return impl_->ForwardStep(); }
+Status Offloader::BackwardStep(int layer) { return impl_->BackwardStep(layer); }
+Status Offloader::FinishBackward() { return impl_->FinishBackward(); }
 StatusOr<SavedTensor> Offloader::Push(const Tensor& tensor) {
-  Impl& impl = *impl_;
-  SavedTensor saved;
-  saved.owner_ = reinterpret_cast<uintptr_t>(this);
-  saved.iteration_ = impl.iteration;
-  if (!options_.enabled) {
-    saved.kept_ = tensor;
-    return saved;
-  }
-  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
-  const int layer = impl.open_layer;
-  if (!WillOffload(layer)) {  // SPEC §4.4: no processing at all
-    saved.pushed_layer_ = layer;
-    saved.kept_ = tensor;
-    return saved;
-  }
-  OFFLOAD_RETURN_IF_ERROR(
-      ValidateTensor(tensor).WithContext("Push in " + LayerName(layer)));
-  return PushOne(tensor, layer);
+  return impl_->Push(tensor);
 }
-
 StatusOr<SavedTensor> Offloader::Push(const CompositeTensor& tensor) {
-  Impl& impl = *impl_;
-  SavedTensor saved;
-  saved.owner_ = reinterpret_cast<uintptr_t>(this);
-  saved.iteration_ = impl.iteration;
-  saved.composite_ = true;
-  saved.metadata_ = tensor.metadata;
-  saved.name_ = tensor.name;
-  const bool enabled = options_.enabled;
-  if (enabled) {
-    OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
-  }
-  const int layer = enabled ? impl.open_layer : -1;
-  const bool offloaded = enabled && WillOffload(layer);
-  // Check every component before touching anything: a failed push adds
-  // nothing to the group.
-  if (offloaded) {
-    for (size_t i = 0; i < tensor.components.size(); ++i) {
-      if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(ValidateTensor(*tensor.components[i])
-                                  .WithContext("Push in " + LayerName(layer) +
-                                               " of composite '" + tensor.name +
-                                               "' component " +
-                                               std::to_string(i)));
-    }
-  }
-  saved.pushed_layer_ = layer;
-  for (const std::optional<Tensor>& component : tensor.components) {
-    if (!component.has_value()) {
-      saved.components_.emplace_back();
-      continue;
-    }
-    if (!offloaded) {
-      SavedTensor kept;
-      kept.owner_ = saved.owner_;
-      kept.iteration_ = saved.iteration_;
-      kept.pushed_layer_ = layer;
-      kept.kept_ = *component;
-      saved.components_.emplace_back(std::move(kept));
-      continue;
-    }
-    OFFLOAD_ASSIGN_OR_RETURN(SavedTensor part, PushOne(*component, layer));
-    saved.components_.emplace_back(std::move(part));
-  }
-  return saved;
+  return impl_->Push(tensor);
 }
-
-Status Offloader::CheckHandle(const SavedTensor& saved,
-                              const char* call) const {
-  if (saved.owner_ == 0) {
-    return InvalidArgumentError(std::string(call) +
-                                ": an empty SavedTensor (not from Push)");
-  }
-  if (saved.owner_ != reinterpret_cast<uintptr_t>(this)) {
-    return InvalidArgumentError(std::string(call) +
-                                ": the SavedTensor belongs to another "
-                                "Offloader");
-  }
-  if (options_.enabled && saved.iteration_ != impl_->iteration) {
-    return InvalidArgumentError(
-        std::string(call) + ": the SavedTensor was pushed in iteration " +
-        std::to_string(saved.iteration_) + ", this is " + impl_->Iteration());
-  }
-  return OkStatus();
-}
-
-StatusOr<Tensor> Offloader::PopOne(const SavedTensor& saved) {
-  if (saved.kept_.has_value()) return *saved.kept_;
-  StatusOr<Tensor> tensor =
-      impl_->groups[saved.layer_]->Pop(saved.index_, impl_->ctx);
-  return tensor;
-}
-
 StatusOr<Tensor> Offloader::Pop(const SavedTensor& saved) {
-  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
-  if (saved.composite_) {
-    return InvalidArgumentError("Pop of composite '" + saved.name_ +
-                                "': use PopComposite");
-  }
-  return PopOne(saved);
+  return impl_->Pop(saved);
 }
-
 StatusOr<CompositeTensor> Offloader::PopComposite(const SavedTensor& saved) {
-  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
-  if (!saved.composite_) {
-    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
-  }
-  CompositeTensor tensor;
-  tensor.name = saved.name_;
-  tensor.metadata = saved.metadata_;
-  for (const std::optional<SavedTensor>& component : saved.components_) {
-    if (!component.has_value()) {
-      tensor.components.emplace_back();
-      continue;
-    }
-    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, PopOne(*component));
-    tensor.components.emplace_back(std::move(part));
-  }
-  return tensor;
+  return impl_->PopComposite(saved);
 }
-
-Status Offloader::CheckManual(const char* call, int layer) const {
-  std::string where = std::string(call) + "(" + LayerName(layer) + ")";
-  if (!options_.manual_synchronization) {
-    return FailedPreconditionError(
-        where + ": only with manual_synchronization; otherwise the schedule "
-                "decides when layers offload and reload");
-  }
-  if (layer < 0 || layer >= options_.model_layers) {
-    return InvalidArgumentError(where + ": no such layer in a model of " +
-                                std::to_string(options_.model_layers) +
-                                " layers");
-  }
-  if (layer >= impl_->forward_count) {
-    return FailedPreconditionError(where + ": its forward has not begun in " +
-                                   impl_->Iteration());
-  }
-  return OkStatus();
-}
-
 Status Offloader::StartOffload(int layer) {
-  if (!options_.enabled) return OkStatus();
-  OFFLOAD_RETURN_IF_ERROR(CheckManual("StartOffload", layer));
-  OFFLOAD_RETURN_IF_ERROR(impl_->groups[layer]->StartOffload(impl_->ctx));
-  if (impl_->open_layer == layer) impl_->open_layer = -1;  // closed
-  return OkStatus();
+  return impl_->Manual("StartOffload", layer);
 }
-
 Status Offloader::ReleaseForwardMemory(int layer) {
-  if (!options_.enabled) return OkStatus();
-  OFFLOAD_RETURN_IF_ERROR(CheckManual("ReleaseForwardMemory", layer));
-  return impl_->groups[layer]->ReleaseForwardMemory(impl_->ctx);
+  return impl_->Manual("ReleaseForwardMemory", layer);
 }
-
 Status Offloader::StartReload(int layer) {
-  if (!options_.enabled) return OkStatus();
-  OFFLOAD_RETURN_IF_ERROR(CheckManual("StartReload", layer));
-  return impl_->groups[layer]->StartReload(impl_->ctx);
+  return impl_->Manual("StartReload", layer);
+}
+int64_t Offloader::OffloadedBytes() const { return impl_->OffloadedBytes(); }
+const Diagnostics& Offloader::diagnostics() const {
+  return impl_->core().diagnostics();
+}
+GroupState Offloader::state(int layer) const { return impl_->state(layer); }
+const OffloaderStats& Offloader::stats() const { return impl_->core().stats(); }
+const ScheduleTable& Offloader::schedule() const { return impl_->schedule(); }
+bool Offloader::WillOffload(int layer) const {
+  return impl_->WillOffload(layer);
 }
 
 }  // namespace offload

@@ -15,7 +15,14 @@
 //
 // Streams: the model runs on backend.ComputeStream(); copies run on a D2H and
 // an H2D stream the Offloader creates (or on `offload_stream` in manual mode).
-// Every call returns a Status; a failed call changes nothing.
+// Every call returns a Status; a failed call changes nothing, except where
+// its comment says what it did before failing. No call blocks the host
+// (CUDA graph capture can record them all), except ~Offloader after an
+// ordering call (Wait, Record) failed: it then drains the copy stream
+// before freeing the memory that ordering call should have protected.
+//
+// How a group moves is the shared mechanism of engine/core (OffloadGroup,
+// OffloadCore); this class is only TE's policy of when.
 
 #ifndef OFFLOAD_ENGINE_OFFLOAD_H_
 #define OFFLOAD_ENGINE_OFFLOAD_H_
@@ -29,38 +36,12 @@
 #include "engine/backend.h"
 #include "engine/diagnostics.h"
 #include "engine/offload_options.h"
+#include "engine/saved_tensor.h"
 #include "engine/schedule.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
 
 namespace offload {
-
-// What Push returns and Pop takes. Holds either the tensor itself (not
-// offloaded) or a reference into a layer's group.
-class SavedTensor {
- public:
-  SavedTensor() = default;
-
-  // Whether Push handed the tensor to a group (false: kept as is).
-  bool in_group() const { return layer_ >= 0; }
-  // The layer it was pushed in; -1 for pass-through before any layer.
-  int layer() const { return layer_ >= 0 ? layer_ : pushed_layer_; }
-  bool is_composite() const { return composite_; }
-
- private:
-  friend class Offloader;
-  uint64_t owner_ = 0;       // the Offloader's id
-  uint64_t iteration_ = 0;   // the iteration it was pushed in
-  int pushed_layer_ = -1;
-  std::optional<Tensor> kept_;  // pass-through
-  int layer_ = -1;              // group entry, when in_group()
-  int index_ = -1;
-  // Composite: one SavedTensor per component, absent ones empty.
-  bool composite_ = false;
-  std::vector<std::optional<SavedTensor>> components_;
-  std::vector<uint8_t> metadata_;
-  std::string name_;
-};
 
 class Offloader {
  public:
@@ -130,35 +111,20 @@ class Offloader {
   // Host bytes held for offloaded groups (pinned buffers, including
   // retained ones).
   int64_t OffloadedBytes() const;
-  const Diagnostics& diagnostics() const { return diagnostics_; }
+  const Diagnostics& diagnostics() const;
 
   // Extensions.
   GroupState state(int layer) const;
-  const OffloaderStats& stats() const { return stats_; }
+  const OffloaderStats& stats() const;
   // The schedule in use (empty in manual mode).
-  const ScheduleTable& schedule() const { return schedule_; }
+  const ScheduleTable& schedule() const;
   // Whether `layer` is offloaded by the schedule (manual: every layer may be).
   bool WillOffload(int layer) const;
 
  private:
-  Offloader(Backend& backend, const OffloadOptions& options,
-            ScheduleTable schedule, Stream* d2h, Stream* h2d);
+  class Impl;
+  explicit Offloader(std::unique_ptr<Impl> impl);
 
-  Status CheckPush(const std::string& what) const;
-  Status CheckHandle(const SavedTensor& saved, const char* call) const;
-  Status CheckManual(const char* call, int layer) const;
-  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int layer);
-  StatusOr<Tensor> PopOne(const SavedTensor& saved);
-
- public:
-  struct Impl;  // internal state (engine/offload.cc)
-
- private:
-  Backend& backend_;
-  const OffloadOptions options_;
-  const ScheduleTable schedule_;
-  Diagnostics diagnostics_;
-  OffloaderStats stats_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -14,6 +14,8 @@ const char* GroupStateName(GroupState state) {
       return "reload_started";
     case GroupState::kReleased:
       return "released";
+    case GroupState::kKeptOnDevice:
+      return "kept_on_device";
   }
   return "unknown";
 }

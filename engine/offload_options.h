@@ -43,6 +43,10 @@ enum class GroupState {
   kOffloadFinished,  // device memory released; host copy complete or pending
   kReloadStarted,    // copies back enqueued; pops wait per span
   kReleased,         // after the group's backward: nothing held
+  // StartOffload could not offload (no pinned memory, or a copy could not
+  // be enqueued): the tensors stay on device and pop as pushed; the
+  // group's ReleaseForwardMemory and StartReload are no-ops.
+  kKeptOnDevice,
 };
 
 // "not_offloaded", "offload_started", ...

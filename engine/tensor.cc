@@ -50,6 +50,22 @@ int64_t Tensor::numel() const {
   return n;
 }
 
+Status BufferMemory::ReleaseAfter(Stream& stream) {
+  if (buffer_.empty()) {
+    return FailedPreconditionError("ReleaseAfter: the buffer was released");
+  }
+  Backend* owner = buffer_.owner();
+  return owner->Free(buffer_, stream);
+}
+
+Storage::Storage(Buffer buffer)
+    : memory_(std::make_unique<BufferMemory>(std::move(buffer))) {}
+
+const Buffer* Storage::buffer() const {
+  const auto* memory = dynamic_cast<const BufferMemory*>(memory_.get());
+  return memory != nullptr ? &memory->buffer() : nullptr;
+}
+
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size());
   int64_t stride = 1;

@@ -29,21 +29,76 @@ int64_t DTypeSize(DType dtype);
 // "f32", "bf16", ...
 std::string_view DTypeName(DType dtype);
 
-// One allocation shared by the tensors that view it.
-class Storage {
+// Who owns a storage's memory, and how it goes back (the engine does not
+// care who allocated it). Backend-made Buffers are one implementation
+// (BufferMemory, below); a framework's allocator (PyTorch's caching
+// allocator, through a binding) can be another, without touching the engine.
+class StorageMemory {
  public:
-  explicit Storage(Buffer buffer) : buffer_(std::move(buffer)) {}
+  virtual ~StorageMemory() = default;
 
-  void* data() const { return buffer_.data(); }
-  int64_t size_bytes() const { return buffer_.size(); }
-  MemorySpace space() const { return buffer_.space(); }
+  // Start address (device or pinned), size and space of the memory; null
+  // data and size 0 once released.
+  virtual void* data() const = 0;
+  virtual int64_t size_bytes() const = 0;
+  virtual MemorySpace space() const = 0;
+  // The backend whose streams may read and write the memory; nullptr when
+  // unknown (then no backend's copies may touch it).
+  virtual const Backend* backend() const = 0;
+
+  // Whether someone outside the Storage object that holds this memory still
+  // keeps it alive (e.g. a framework tensor). Backend buffers: never.
+  virtual bool HeldOutside() const { return false; }
+
+  // Gives the memory back, ordered after everything enqueued on `stream` so
+  // far (like PyTorch's record_stream followed by dropping the last
+  // reference): work ordered after that point may reuse it. On success
+  // data() is null. Work on other streams that still uses the memory must
+  // have been ordered before this call by the caller.
+  // REQUIRES: `stream` belongs to backend().
+  // Errors: kFailedPrecondition if already released; what the owner's free
+  //   returns (then nothing changed).
+  virtual Status ReleaseAfter(Stream& stream) = 0;
+};
+
+// StorageMemory for a Buffer a Backend made: ReleaseAfter is Backend::Free.
+class BufferMemory final : public StorageMemory {
+ public:
+  explicit BufferMemory(Buffer buffer) : buffer_(std::move(buffer)) {}
+  void* data() const override { return buffer_.data(); }
+  int64_t size_bytes() const override { return buffer_.size(); }
+  MemorySpace space() const override { return buffer_.space(); }
+  const Backend* backend() const override { return buffer_.owner(); }
+  Status ReleaseAfter(Stream& stream) override;
   const Buffer& buffer() const { return buffer_; }
-  // For the engine, to free the memory explicitly (Backend::Free) once it
-  // holds the last reference.
-  Buffer& mutable_buffer() { return buffer_; }
 
  private:
   Buffer buffer_;
+};
+
+// One allocation shared by the tensors that view it (through
+// std::shared_ptr<Storage>). The engine holds some of those references
+// while a group owns the tensors; it gives the memory back (ReleaseAfter)
+// only when nobody else holds the storage: not another shared_ptr, and not
+// the memory's owner (HeldOutside).
+class Storage {
+ public:
+  // A storage over a Backend-made buffer (BufferMemory).
+  explicit Storage(Buffer buffer);
+  // A storage over memory owned elsewhere. REQUIRES: `memory` non-null.
+  explicit Storage(std::unique_ptr<StorageMemory> memory)
+      : memory_(std::move(memory)) {}
+
+  void* data() const { return memory_->data(); }
+  int64_t size_bytes() const { return memory_->size_bytes(); }
+  MemorySpace space() const { return memory_->space(); }
+  const Backend* backend() const { return memory_->backend(); }
+  StorageMemory& memory() const { return *memory_; }
+  // The Backend buffer, for BufferMemory storages; nullptr otherwise.
+  const Buffer* buffer() const;
+
+ private:
+  std::unique_ptr<StorageMemory> memory_;
 };
 
 struct TensorFlags {

@@ -309,7 +309,7 @@ TEST_F(TensorTest, StorageReportsItsBuffer) {
   std::shared_ptr<Storage> storage = NewStorage(4096);
   EXPECT_EQ(storage->size_bytes(), 4096);
   EXPECT_EQ(storage->space(), MemorySpace::kDevice);
-  EXPECT_EQ(storage->data(), storage->buffer().data());
+  EXPECT_EQ(storage->data(), storage->buffer()->data());
   EXPECT_NE(storage->data(), nullptr);
 }
 

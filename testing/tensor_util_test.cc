@@ -113,7 +113,7 @@ TEST_F(TensorUtilTest, MakeDeviceTensorIsContiguousAndNamed) {
   EXPECT_EQ(t.name, "pattern42");
   EXPECT_EQ(t.storage->space(), MemorySpace::kDevice);
   EXPECT_EQ(t.storage->size_bytes(), 3 * 5 * 7 * 2);
-  EXPECT_EQ(t.storage->buffer().stream(), &sim_->ComputeStream());
+  EXPECT_EQ(t.storage->buffer()->stream(), &sim_->ComputeStream());
   EXPECT_OK(ValidateTensor(t));
 }
 

@@ -1,4 +1,4 @@
-#include "engine/group_processor.h"
+#include "engine/core/span_planner.h"
 
 #include <memory>
 #include <vector>
@@ -49,7 +49,7 @@ TEST_F(GroupProcessorTest, SameTensorSavedThriceIsOneSpan) {
   auto storage = NewStorage(4096);
   Tensor x = View(storage, DType::kF32, {1024}, {1}, 0);
   std::vector<Tensor> tensors = {x, x, x};
-  GroupPlan plan = PlanGroup(Ptrs(tensors), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(tensors), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].begin, 0);
   EXPECT_EQ(plan.spans[0].end, 4096);
@@ -64,7 +64,7 @@ TEST_F(GroupProcessorTest, InterleavedQkvViewsShareOneSpanOfTheBase) {
   for (int i = 0; i < 3; ++i) {
     views.push_back(View(storage, DType::kBF16, {16, 64}, {192, 1}, 64 * i));
   }
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].begin, 0);
   EXPECT_EQ(plan.spans[0].end, 16 * 192 * 2);
@@ -75,19 +75,19 @@ TEST_F(GroupProcessorTest, EvenAndOddHalvesTogetherCoverTheirStorage) {
   auto storage = NewStorage(8192);
   std::vector<Tensor> halves = {View(storage, DType::kF32, {1024}, {2}, 0),
                                 View(storage, DType::kF32, {1024}, {2}, 1)};
-  GroupPlan plan = PlanGroup(Ptrs(halves), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(halves), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].bytes(), 8192);
   // Alone, x[1::2] covers about half of the bytes it reaches.
   std::vector<Tensor> odd = {halves[1]};
-  EXPECT_EQ(PlanGroup(Ptrs(odd), 0.5).spans.size(), 1u);
-  EXPECT_EQ(PlanGroup(Ptrs(odd), 0.6).sparse.size(), 1u);
+  EXPECT_EQ(PlanSpans(Ptrs(odd), 0.5).spans.size(), 1u);
+  EXPECT_EQ(PlanSpans(Ptrs(odd), 0.6).sparse.size(), 1u);
 }
 
 TEST_F(GroupProcessorTest, SparseViewIsReportedWithItsCoverage) {
   auto storage = NewStorage(8192 * 4);
   std::vector<Tensor> views = {View(storage, DType::kF32, {1024}, {8}, 0)};
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   EXPECT_THAT(plan.spans, IsEmpty());
   ASSERT_THAT(plan.sparse, ElementsAre(0));
   // 1024 elements over (1023 * 8 + 1) elements of extent.
@@ -98,7 +98,7 @@ TEST_F(GroupProcessorTest, OffloadBaseTakesTheWholeStorage) {
   auto storage = NewStorage(8192 * 4);
   std::vector<Tensor> views = {View(storage, DType::kF32, {1024}, {8}, 3)};
   views[0].flags.offload_base = true;
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].begin, 0);
   EXPECT_EQ(plan.spans[0].end, 8192 * 4);
@@ -109,7 +109,7 @@ TEST_F(GroupProcessorTest, ContiguousSliceCopiesOnlyItsAlignedExtent) {
   auto storage = NewStorage(1 << 20);
   // Elements [1000, 3000) of a float storage: bytes [4000, 12000).
   std::vector<Tensor> views = {View(storage, DType::kF32, {2000}, {1}, 1000)};
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].begin, 3840);  // 4000 aligned down to 256
   EXPECT_EQ(plan.spans[0].end, 12000);
@@ -121,7 +121,7 @@ TEST_F(GroupProcessorTest, FarApartDenseViewsGetSpansOfTheirOwn) {
       View(storage, DType::kF32, {256}, {1}, (1 << 18) - 256),  // tail
       View(storage, DType::kF32, {64}, {1024}, 1024),           // sparse
       View(storage, DType::kF32, {256}, {1}, 0)};               // head
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 2u);  // by address within the storage
   EXPECT_EQ(plan.spans[0].begin, 0);
   EXPECT_EQ(plan.spans[0].end, 1024);
@@ -136,7 +136,7 @@ TEST_F(GroupProcessorTest, OverlappingDenseViewsMergeIntoOneSpan) {
   std::vector<Tensor> views = {View(storage, DType::kF32, {1000}, {1}, 0),
                                View(storage, DType::kF32, {1000}, {1}, 900),
                                View(storage, DType::kF32, {1000}, {1}, 200000)};
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 2u);
   EXPECT_EQ(plan.spans[0].begin, 0);
   EXPECT_EQ(plan.spans[0].end, 1900 * 4);
@@ -151,7 +151,7 @@ TEST_F(GroupProcessorTest, StoragesAreSpannedSeparatelyInOrderOfFirstUse) {
   Tensor y = View(first, DType::kF32, {1024}, {1}, 0);
   Tensor empty = View(first, DType::kF32, {0, 4}, {4, 1}, 0);
   std::vector<Tensor> tensors = {x, y, x, empty};
-  GroupPlan plan = PlanGroup(Ptrs(tensors), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(tensors), 0.5);
   ASSERT_EQ(plan.spans.size(), 2u);
   EXPECT_EQ(plan.spans[0].storage, second);
   EXPECT_THAT(plan.spans[0].tensors, ElementsAre(0, 2));
@@ -163,7 +163,7 @@ TEST_F(GroupProcessorTest, StoragesAreSpannedSeparatelyInOrderOfFirstUse) {
 TEST_F(GroupProcessorTest, TransposedViewOfAStorageIsDense) {
   auto storage = NewStorage(64 * 32 * 2);
   std::vector<Tensor> views = {View(storage, DType::kBF16, {32, 64}, {1, 32}, 0)};
-  GroupPlan plan = PlanGroup(Ptrs(views), 0.5);
+  SpanPlan plan = PlanSpans(Ptrs(views), 0.5);
   ASSERT_EQ(plan.spans.size(), 1u);
   EXPECT_EQ(plan.spans[0].bytes(), 64 * 32 * 2);
 }

@@ -1,4 +1,4 @@
-#include "engine/group_processor.h"
+#include "engine/core/span_planner.h"
 
 #include <algorithm>
 #include <map>
@@ -24,7 +24,7 @@ struct Interval {
 
 }  // namespace
 
-GroupPlan PlanGroup(const std::vector<const Tensor*>& tensors,
+SpanPlan PlanSpans(const std::vector<const Tensor*>& tensors,
                     double min_coverage) {
   // Storages in order of first use.
   std::vector<Storage*> order;
@@ -38,7 +38,7 @@ GroupPlan PlanGroup(const std::vector<const Tensor*>& tensors,
     it->second.push_back(i);
   }
 
-  GroupPlan plan;
+  SpanPlan plan;
   for (Storage* storage : order) {
     const std::vector<int>& members = by_storage[storage];
     std::shared_ptr<Storage> shared = tensors[members[0]]->storage;
@@ -108,7 +108,7 @@ GroupPlan PlanGroup(const std::vector<const Tensor*>& tensors,
   for (size_t i = 0; i < index.size(); ++i) index[i] = static_cast<int>(i);
   std::sort(index.begin(), index.end(),
             [&](int a, int b) { return plan.sparse[a] < plan.sparse[b]; });
-  GroupPlan sorted;
+  SpanPlan sorted;
   sorted.spans = std::move(plan.spans);
   for (int i : index) {
     sorted.sparse.push_back(plan.sparse[i]);

@@ -1,5 +1,5 @@
-// The group processor (SPEC §2): decides, for the tensors of one group, which
-// byte spans of which storages to copy.
+// The span planner (SPEC §2; TE calls it the group processor): decides,
+// for the tensors of one group, which byte spans of which storages to copy.
 //
 // It works per storage, not per tensor: every view of a storage is served by
 // one span covering it, copied once, and rebuilt after reload as a view with
@@ -11,8 +11,8 @@
 //
 // Pure: no backend, no side effects.
 
-#ifndef OFFLOAD_ENGINE_GROUP_PROCESSOR_H_
-#define OFFLOAD_ENGINE_GROUP_PROCESSOR_H_
+#ifndef OFFLOAD_ENGINE_CORE_SPAN_PLANNER_H_
+#define OFFLOAD_ENGINE_CORE_SPAN_PLANNER_H_
 
 #include <cstdint>
 #include <memory>
@@ -37,7 +37,7 @@ struct PlannedSpan {
   int64_t bytes() const { return end - begin; }
 };
 
-struct GroupPlan {
+struct SpanPlan {
   std::vector<PlannedSpan> spans;
   // Tensors whose own view is too sparse to copy its extent; each needs a
   // contiguous copy of its own (or to stay on device).
@@ -55,9 +55,9 @@ struct GroupPlan {
 // Views of no elements join no span and are not sparse. Spans come per
 // storage in order of first use, by address within a storage; a span's
 // tensors and the sparse list are in input order.
-GroupPlan PlanGroup(const std::vector<const Tensor*>& tensors,
+SpanPlan PlanSpans(const std::vector<const Tensor*>& tensors,
                     double min_coverage);
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_GROUP_PROCESSOR_H_
+#endif  // OFFLOAD_ENGINE_CORE_SPAN_PLANNER_H_

@@ -1,0 +1,525 @@
+#include "engine/core/offload_group.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "engine/core/span_planner.h"
+
+namespace offload {
+namespace {
+
+std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
+
+std::string Percent(double fraction) {
+  return std::to_string(static_cast<int>(fraction * 1000.0 + 0.5) / 10) + "." +
+         std::to_string(static_cast<int>(fraction * 1000.0 + 0.5) % 10) + "%";
+}
+
+// Keeps the first error.
+void Merge(Status& first, const Status& status) {
+  if (first.ok() && !status.ok()) first = status;
+}
+
+}  // namespace
+
+OffloadGroup::~OffloadGroup() {
+  if (state_ == GroupState::kReleased) return;
+  Status released = ReleaseAll(/*retain_pinned=*/false);
+  if (!released.ok()) core_.Warn("destroying " + Where() + ": " +
+                                 released.ToString());
+}
+
+std::string OffloadGroup::Where() const {
+  return key_.ToString() + " (" + GroupStateName(state_) + ")";
+}
+
+Status OffloadGroup::WrongState(const char* call) const {
+  return FailedPreconditionError(std::string(call) + " of " + Where() +
+                                 ": not allowed in this state");
+}
+
+int OffloadGroup::Add(const Tensor& tensor, std::shared_ptr<Event> ready,
+                      bool ready_from_push) {
+  Entry entry;
+  entry.tensor = tensor;
+  entry.ready = std::move(ready);
+  if (ready_from_push) entry.push_order = static_cast<int>(next_push_event_) - 1;
+  entry.byte_offset = tensor.offset * tensor.element_size();
+  entries_.push_back(std::move(entry));
+  return static_cast<int>(entries_.size()) - 1;
+}
+
+StatusOr<std::shared_ptr<Event>> OffloadGroup::NextPushEvent() {
+  if (next_push_event_ == push_events_.size()) {
+    OFFLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Event> event,
+                             core_.backend().NewEvent());
+    push_events_.push_back(std::move(event));
+  }
+  return push_events_[next_push_event_++];
+}
+
+StatusOr<Event*> OffloadGroup::EnsureEvent(std::unique_ptr<Event>& event) {
+  if (event == nullptr) {
+    OFFLOAD_ASSIGN_OR_RETURN(event, core_.backend().NewEvent());
+  }
+  return event.get();
+}
+
+bool OffloadGroup::MakeContiguous(int index, double coverage) {
+  Entry& entry = entries_[index];
+  const Tensor& view = entry.tensor;
+  Stream& compute = core_.compute();
+  StatusOr<Buffer> buffer =
+      core_.backend().AllocateDevice(view.nbytes(), compute);
+  if (!buffer.ok()) {
+    core_.Warn(Where() + ": tensor " + view.Describe() +
+               " is a sparse view and no device memory was left to make it "
+               "contiguous (" + buffer.status().ToString() +
+               "); it stays on device");
+    return false;
+  }
+  // The gather runs on the compute stream (never a copy stream: a kernel
+  // there could stall behind busy SMs), after the view's ready point.
+  Status status = OkStatus();
+  if (entry.ready != nullptr) status = compute.Wait(*entry.ready);
+  if (status.ok()) {
+    status = compute.Gather(
+        buffer->data(),
+        static_cast<const char*>(view.storage->data()) + entry.byte_offset,
+        view.element_size(), view.shape, view.strides);
+  }
+  if (!status.ok()) {
+    // Nothing was enqueued that uses the new memory: its free on the
+    // compute stream is ordered.
+    Status freed = core_.backend().Free(*buffer, compute);
+    core_.Warn(Where() + ": making tensor " + view.Describe() +
+               " contiguous failed (" + status.ToString() +
+               (freed.ok() ? "" : "; freeing its buffer: " + freed.ToString()) +
+               "); it stays on device");
+    return false;
+  }
+  core_.Warn(Where() + ": tensor " + view.Describe() + " covers " +
+             Percent(coverage) + " of the bytes it spans; made contiguous "
+             "on the compute stream, so it comes back from Pop as a "
+             "contiguous tensor");
+  Tensor copy = view;
+  copy.storage = std::make_shared<Storage>(std::move(buffer).value());
+  copy.strides = ContiguousStrides(view.shape);
+  copy.offset = 0;
+  entry.tensor = std::move(copy);
+  entry.byte_offset = 0;
+  entry.ready = nullptr;  // ready at the group's gathered point
+  ++core_.stats().views_made_contiguous;
+  return true;
+}
+
+void OffloadGroup::KeepOnDevice(const std::string& why) {
+  core_.Warn(Where() + ": " + why + "; the group's " +
+             std::to_string(entries_.size()) + " tensors stay on device");
+  state_ = GroupState::kKeptOnDevice;
+}
+
+Status OffloadGroup::StartOffload(bool retain_pinned) {
+  if (state_ != GroupState::kNotOffloaded) return WrongState("StartOffload");
+  const CoreOptions& options = core_.options();
+
+  std::vector<const Tensor*> views;
+  views.reserve(entries_.size());
+  for (const Entry& entry : entries_) views.push_back(&entry.tensor);
+  SpanPlan plan = PlanSpans(views, options.min_span_coverage);
+
+  // The spans this iteration will copy: the plan's, then one per sparse view
+  // made contiguous. Retained pinned buffers must fit them exactly.
+  std::vector<int64_t> sizes;
+  for (const PlannedSpan& span : plan.spans) sizes.push_back(span.bytes());
+  if (!options.skip_sparse_views) {
+    for (int index : plan.sparse) sizes.push_back(views[index]->nbytes());
+  }
+  if (retain_pinned && !retained_sizes_.empty() && retained_sizes_ != sizes) {
+    std::string was, now;
+    for (int64_t size : retained_sizes_) was += " " + std::to_string(size);
+    for (int64_t size : sizes) now += " " + std::to_string(size);
+    return FailedPreconditionError(
+        "StartOffload of " + Where() + ": retain_pinned_buffers keeps the "
+        "pinned buffers of the first iteration, so the saved tensors' "
+        "shapes must not change; span bytes were [" + was + " ], now [" +
+        now + " ]");
+  }
+
+  // Pinned buffers first: without them the group stays on device. The D2H
+  // stream waits until reused ones are no longer read by the last reload.
+  if (!sizes.empty()) {
+    StatusOr<std::vector<Buffer>> hosts =
+        core_.pinned().Take(sizes, pinned_tag_, core_.d2h());
+    if (!hosts.ok()) {
+      int64_t total = 0;
+      for (int64_t s : sizes) total += s;
+      KeepOnDevice("pinned allocation of " + Bytes(total) + " failed (" +
+                   hosts.status().ToString() + ")");
+      return OkStatus();
+    }
+    host_ = std::move(hosts).value();
+    if (retain_pinned) retained_sizes_ = sizes;
+  }
+
+  // Spans, then contiguous copies of sparse views as spans of their own.
+  spans_.clear();
+  for (const PlannedSpan& planned : plan.spans) {
+    Span span;
+    span.device = planned.storage;
+    span.begin = planned.begin;
+    span.bytes = planned.bytes();
+    span.entries = planned.tensors;
+    for (int index : planned.tensors) {
+      entries_[index].span = static_cast<int>(spans_.size());
+    }
+    spans_.push_back(std::move(span));
+  }
+  std::vector<int> copied;
+  for (size_t i = 0; i < plan.sparse.size(); ++i) {
+    int index = plan.sparse[i];
+    if (options.skip_sparse_views) {
+      core_.Warn(Where() + ": tensor " + entries_[index].tensor.Describe() +
+                 " covers " + Percent(plan.sparse_coverage[i]) +
+                 " of the bytes it spans; not offloaded (skip_sparse_views)");
+      continue;
+    }
+    Span span;  // a placeholder keeps host_ and spans_ aligned on failure
+    if (MakeContiguous(index, plan.sparse_coverage[i])) {
+      span.device = entries_[index].tensor.storage;
+      span.bytes = entries_[index].tensor.nbytes();
+      span.entries = {index};
+      entries_[index].span = static_cast<int>(spans_.size());
+      copied.push_back(index);
+    }
+    spans_.push_back(std::move(span));
+  }
+  state_ = GroupState::kOffloadStarted;
+  Status copies = EnqueueOffloadCopies(!copied.empty());
+  if (!copies.ok()) {
+    // The device bytes are intact: keep the group there. Copies enqueued
+    // before the failure may still read the device storages and the pinned
+    // buffers: what frees them later is ordered after the D2H stream.
+    copies_pending_ = true;
+    Status released = ReleaseHost(retain_pinned);
+    KeepOnDevice("enqueueing the offload failed (" + copies.ToString() +
+                 (released.ok() ? "" : "; " + released.ToString()) + ")");
+  }
+  return OkStatus();
+}
+
+Status OffloadGroup::EnqueueOffloadCopies(bool gathered) {
+  Stream& d2h = core_.d2h();
+  if (gathered) {
+    // Contiguous copies are ready once the compute stream reaches here.
+    OFFLOAD_ASSIGN_OR_RETURN(Event * point, EnsureEvent(gathered_));
+    OFFLOAD_RETURN_IF_ERROR(core_.compute().Record(*point));
+  }
+  // Push events were recorded on the compute stream in push order, so
+  // waiting for one covers every earlier one: per span, wait only for its
+  // latest, and only if no later one was waited for already (the D2H stream
+  // is FIFO). Events the caller gave (other streams) are each waited for.
+  int waited_push = -1;
+  std::vector<Event*> waited;
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    Span& span = spans_[k];
+    if (span.device == nullptr) continue;  // placeholder
+    bool needs_gathered = false;
+    const Entry* latest = nullptr;
+    for (int index : span.entries) {
+      const Entry& entry = entries_[index];
+      Event* ready = entry.ready.get();
+      if (ready == nullptr) {
+        needs_gathered = true;
+      } else if (entry.push_order >= 0) {
+        if (latest == nullptr || entry.push_order > latest->push_order) {
+          latest = &entry;
+        }
+      } else if (std::find(waited.begin(), waited.end(), ready) ==
+                 waited.end()) {
+        waited.push_back(ready);
+        OFFLOAD_RETURN_IF_ERROR(d2h.Wait(*ready));
+      }
+    }
+    if (latest != nullptr && latest->push_order > waited_push) {
+      OFFLOAD_RETURN_IF_ERROR(d2h.Wait(*latest->ready));
+      waited_push = latest->push_order;
+    }
+    if (needs_gathered) OFFLOAD_RETURN_IF_ERROR(d2h.Wait(*gathered_));
+    host_last_user_ = &d2h;
+    OFFLOAD_RETURN_IF_ERROR(d2h.Copy(
+        host_[k].data(),
+        static_cast<const char*>(span.device->data()) + span.begin,
+        span.bytes));
+    ++core_.stats().spans_offloaded;
+    core_.stats().bytes_offloaded += span.bytes;
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(Event * done, EnsureEvent(offload_done_));
+  return d2h.Record(*done);
+}
+
+Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
+  for (Entry& entry : entries_) {
+    if (entry.span >= 0 && spans_[entry.span].device != nullptr) {
+      entry.tensor.storage.reset();
+    }
+  }
+  if (!ordered) {
+    // Copies may still read them: keep a reference to each until the
+    // compute stream can be ordered after the D2H stream, whoever else
+    // holds them (their last holder's free would race the copy too).
+    std::vector<Storage*> seen;
+    for (Span& span : spans_) {
+      if (span.device == nullptr) continue;
+      if (std::find(seen.begin(), seen.end(), span.device.get()) ==
+          seen.end()) {
+        seen.push_back(span.device.get());
+        core_.Keep(span.device, core_.d2h(), Where(), why);
+      }
+      span.device.reset();
+    }
+    return OkStatus();
+  }
+  // How many of the group's own references each storage has.
+  std::map<Storage*, int> internal;
+  for (const Span& span : spans_) {
+    if (span.device != nullptr) ++internal[span.device.get()];
+  }
+  Status first = OkStatus();
+  for (Span& span : spans_) {
+    if (span.device == nullptr) continue;
+    auto it = internal.find(span.device.get());
+    if (it != internal.end()) {
+      if (span.device.use_count() > it->second ||
+          span.device->memory().HeldOutside()) {
+        core_.stats().bytes_retained_by_caller += span.bytes;
+        core_.Warn(Where() + ": " + Bytes(span.bytes) + " copied to host "
+                   "stay on device because the caller still holds their "
+                   "storage; offloading them saved no memory");
+      } else if (it->second == 1) {
+        Merge(first, core_.FreeOnCompute(span.device, Where()));
+      }
+      if (--it->second == 0) internal.erase(it);
+    }
+    span.device.reset();
+  }
+  return first;
+}
+
+Status OffloadGroup::ReleaseForwardMemory() {
+  if (state_ == GroupState::kKeptOnDevice) return OkStatus();
+  if (state_ != GroupState::kOffloadStarted) {
+    return WrongState("ReleaseForwardMemory");
+  }
+  // Nothing may reuse the memory before the copies reading it are done.
+  if (offload_done_ != nullptr) {
+    OFFLOAD_RETURN_IF_ERROR(core_.compute().Wait(*offload_done_));
+  }
+  state_ = GroupState::kOffloadFinished;
+  return DropDeviceStorages(/*ordered=*/true, OkStatus());
+}
+
+Status OffloadGroup::StartReload() {
+  if (state_ == GroupState::kKeptOnDevice) return OkStatus();
+  if (state_ != GroupState::kOffloadFinished) return WrongState("StartReload");
+  Backend& backend = core_.backend();
+  Stream& compute = core_.compute();
+  Stream& h2d = core_.h2d();
+  // All device memory first, on the compute stream's pool: a failure leaves
+  // everything as it was (nothing used the new memory, so freeing it on the
+  // compute stream is ordered).
+  auto free_new = [&](std::vector<Buffer>& buffers, Stream& stream) {
+    Status first = OkStatus();
+    for (Buffer& b : buffers) {
+      if (!b.empty()) Merge(first, backend.Free(b, stream));
+    }
+    return first;
+  };
+  std::vector<Buffer> buffers(spans_.size());
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    if (spans_[k].bytes == 0) continue;  // placeholder
+    StatusOr<Buffer> buffer = backend.AllocateDevice(spans_[k].bytes, compute);
+    if (!buffer.ok()) {
+      Status freed = free_new(buffers, compute);
+      return Status(buffer.status().code(),
+                    "StartReload of " + Where() + ": span " +
+                        std::to_string(k) + " needs " +
+                        Bytes(spans_[k].bytes) + " of device memory (" +
+                        buffer.status().message() +
+                        "); the host copy is kept, retry when memory is free" +
+                        (freed.ok() ? "" : " (" + freed.ToString() + ")"));
+    }
+    buffers[k] = std::move(buffer).value();
+  }
+  Status status = OkStatus();
+  while (span_reloaded_.size() < spans_.size()) span_reloaded_.emplace_back();
+  for (size_t k = 0; k < span_reloaded_.size() && status.ok(); ++k) {
+    status = EnsureEvent(span_reloaded_[k]).status();
+  }
+  // The H2D stream may touch the new memory only after its allocation point.
+  StatusOr<Event*> point = EnsureEvent(reload_point_);
+  if (status.ok()) status = point.status();
+  if (status.ok()) status = compute.Record(**point);
+  if (status.ok()) status = h2d.Wait(**point);
+  if (!status.ok()) {
+    // Nothing on the H2D stream uses the new memory yet.
+    Status freed = free_new(buffers, compute);
+    return Status(status.code(),
+                  "StartReload of " + Where() + ": " + status.message() +
+                      "; the host copy is kept, retry later" +
+                      (freed.ok() ? "" : " (" + freed.ToString() + ")"));
+  }
+  for (size_t k = 0; k < spans_.size() && status.ok(); ++k) {
+    if (buffers[k].empty()) continue;
+    host_last_user_ = &h2d;
+    status = h2d.Copy(buffers[k].data(), host_[k].data(), spans_[k].bytes);
+    if (status.ok()) status = h2d.Record(*span_reloaded_[k]);
+  }
+  if (!status.ok()) {
+    // Free the new memory after whatever copies were enqueued (on the H2D
+    // stream: the compute stream never used it); the host copy stays.
+    Status freed = free_new(buffers, h2d);
+    if (!freed.ok()) {
+      for (Buffer& b : buffers) {
+        if (b.empty()) continue;
+        core_.Keep(std::make_shared<Storage>(std::move(b)), h2d, Where(),
+                   freed);
+      }
+    }
+    return Status(status.code(), "StartReload of " + Where() + ": " +
+                                     status.message() +
+                                     "; the host copy is kept, retry later");
+  }
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    if (buffers[k].empty()) continue;
+    spans_[k].reloaded = std::make_shared<Storage>(std::move(buffers[k]));
+    spans_[k].waited = false;
+    core_.stats().bytes_reloaded += spans_[k].bytes;
+  }
+  state_ = GroupState::kReloadStarted;
+  return OkStatus();
+}
+
+StatusOr<Tensor> OffloadGroup::Pop(int index) {
+  if (state_ == GroupState::kReleased) {
+    return FailedPreconditionError(
+        "Pop of tensor #" + std::to_string(index) + " of " + Where() +
+        ": the group was released after its backward");
+  }
+  if (index < 0 || index >= static_cast<int>(entries_.size())) {
+    return InvalidArgumentError("Pop of tensor #" + std::to_string(index) +
+                                " of " + Where() +
+                                ": no such tensor in the group");
+  }
+  const Entry& entry = entries_[index];
+  if (state_ == GroupState::kOffloadFinished && entry.span >= 0) {
+    return FailedPreconditionError(
+        "Pop of tensor " + entry.tensor.Describe() + " of " + Where() +
+        ": its device memory was released and its reload never started");
+  }
+  if (entry.span < 0 || state_ != GroupState::kReloadStarted) {
+    return entry.tensor;  // still on device as pushed
+  }
+  Span& span = spans_[entry.span];
+  if (!span.waited) {
+    OFFLOAD_RETURN_IF_ERROR(
+        core_.compute().Wait(*span_reloaded_[entry.span]));
+    span.waited = true;
+  }
+  Tensor tensor = entry.tensor;
+  tensor.storage = span.reloaded;
+  tensor.offset = (entry.byte_offset - span.begin) / tensor.element_size();
+  tensor.ready = nullptr;
+  return tensor;
+}
+
+Status OffloadGroup::ReleaseHost(bool retain_pinned) {
+  if (host_.empty()) return OkStatus();
+  Stream& last_user =
+      host_last_user_ != nullptr ? *host_last_user_ : core_.d2h();
+  Status status = OkStatus();
+  if (retain_pinned) {
+    status = core_.pinned().Give(std::move(host_), pinned_tag_, last_user);
+  } else {
+    std::vector<Buffer> failed;
+    for (Buffer& host : host_) {
+      Status freed = core_.backend().Free(host, last_user);
+      if (!freed.ok()) {
+        Merge(status, freed);
+        // Kept (never freed unordered): handed to the pool, which frees
+        // it in order at the end.
+        failed.push_back(std::move(host));
+      }
+    }
+    if (!failed.empty()) {
+      Merge(status, core_.pinned().Give(std::move(failed), -1, last_user));
+    }
+  }
+  host_.clear();
+  host_last_user_ = nullptr;
+  return status;
+}
+
+Status OffloadGroup::ReleaseAll(bool retain_pinned) {
+  Status first = OkStatus();
+  // Copies may still read the device storages.
+  if (state_ == GroupState::kOffloadStarted) {
+    Status ordered = offload_done_ != nullptr
+                         ? core_.compute().Wait(*offload_done_)
+                         : OkStatus();
+    Merge(first, ordered);
+    Merge(first, DropDeviceStorages(ordered.ok(), ordered));
+  } else if (state_ == GroupState::kKeptOnDevice && copies_pending_) {
+    // Copies enqueued before a failure kept the group on device: the
+    // storages go with the entries below, once the compute stream is
+    // ordered after them.
+    StatusOr<Event*> point = EnsureEvent(order_point_);
+    Status ordered = point.ok() ? core_.ComputeWaitsFor(core_.d2h(), **point)
+                                : point.status();
+    if (!ordered.ok()) {
+      Merge(first, ordered);
+      Merge(first, DropDeviceStorages(/*ordered=*/false, ordered));
+    }
+  }
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    Span& span = spans_[k];
+    if (span.reloaded == nullptr) continue;
+    if (span.reloaded.use_count() == 1 && !span.reloaded->memory().HeldOutside()) {
+      // Never popped: the compute stream has not waited for the reload yet.
+      Status ordered = span.waited
+                           ? OkStatus()
+                           : core_.compute().Wait(*span_reloaded_[k]);
+      if (ordered.ok()) {
+        Merge(first, core_.FreeOnCompute(span.reloaded, Where()));
+      } else {
+        Merge(first, ordered);
+        core_.Keep(span.reloaded, core_.h2d(), Where(), ordered);
+      }
+    }
+    span.reloaded.reset();
+  }
+  // Pinned buffers are free once the last copy that used them is done.
+  Merge(first, ReleaseHost(retain_pinned));
+  entries_.clear();
+  spans_.clear();
+  copies_pending_ = false;
+  state_ = GroupState::kReleased;
+  return first;
+}
+
+void OffloadGroup::BeginIteration() {
+  entries_.clear();
+  spans_.clear();
+  copies_pending_ = false;
+  next_push_event_ = 0;
+  state_ = GroupState::kNotOffloaded;
+}
+
+int64_t OffloadGroup::host_bytes() const {
+  int64_t total = 0;
+  for (const Buffer& host : host_) total += host.size();
+  return total;
+}
+
+}  // namespace offload

@@ -1,0 +1,166 @@
+// OffloadGroup: one group of saved tensors and how it moves (SPEC §2, §3).
+//
+//   not_offloaded --StartOffload--> offload_started --ReleaseForwardMemory-->
+//   offload_finished --StartReload--> reload_started --ReleaseAll--> released
+//
+// When pinned memory cannot be had or the offload cannot be enqueued,
+// StartOffload leaves the group kept_on_device (a warning; pops return the
+// tensors as pushed); ReleaseForwardMemory and StartReload are then no-ops.
+// ReleaseAll is allowed from every state. A call in the wrong state returns
+// kFailedPrecondition naming the group, the call and the state, and changes
+// nothing. Mechanism only: which group moves when is the front door's
+// policy.
+
+#ifndef OFFLOAD_ENGINE_CORE_OFFLOAD_GROUP_H_
+#define OFFLOAD_ENGINE_CORE_OFFLOAD_GROUP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/core/group_key.h"
+#include "engine/core/offload_core.h"
+#include "engine/offload_options.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
+
+namespace offload {
+
+class OffloadGroup {
+ public:
+  // `core` must outlive the group. `pinned_tag` is the PinnedPool tag of
+  // the group's retained buffers.
+  OffloadGroup(OffloadCore& core, GroupKey key, int64_t pinned_tag)
+      : core_(core), key_(std::move(key)), pinned_tag_(pinned_tag) {}
+  ~OffloadGroup();
+  OffloadGroup(const OffloadGroup&) = delete;
+  OffloadGroup& operator=(const OffloadGroup&) = delete;
+
+  const GroupKey& key() const { return key_; }
+  GroupState state() const { return state_; }
+  int size() const { return static_cast<int>(entries_.size()); }
+
+  // Adds a tensor pushed during the group's forward; its bytes are final
+  // once `ready` completes. `ready_from_push` says that `ready` is the event
+  // NextPushEvent returned last, recorded on the compute stream by the push:
+  // such points are ordered, so a copy waits only for the latest of them.
+  // Returns its index for Pop.
+  // REQUIRES: state() == kNotOffloaded; `tensor` is a valid device tensor.
+  int Add(const Tensor& tensor, std::shared_ptr<Event> ready,
+          bool ready_from_push);
+
+  // An event for Push to record on the compute stream (reused across
+  // iterations). Errors: what Backend::NewEvent returns.
+  StatusOr<std::shared_ptr<Event>> NextPushEvent();
+
+  // Plans spans (span_planner.h), makes sparse views contiguous on the
+  // compute stream (or leaves them, with skip_sparse_views), takes pinned
+  // buffers (from the pool when `retain_pinned`), and enqueues each span's
+  // D2H copy after the ready points of all its tensors, then records the
+  // group's finish event. If pinned memory cannot be had or a copy cannot
+  // be enqueued, the group is kept on device (a warning).
+  // Errors: kFailedPrecondition in another state, or when `retain_pinned`
+  //   and the retained buffers do not fit this iteration's spans.
+  Status StartOffload(bool retain_pinned);
+
+  // The compute stream waits for the finish event; the group drops its
+  // device storages (freeing those nobody else holds, on the compute
+  // stream). A no-op when kept on device.
+  // Errors: kFailedPrecondition unless offload_started or kept on device;
+  //   what the ordering wait returns (then nothing changed).
+  Status ReleaseForwardMemory();
+
+  // Allocates device memory for every span on the compute stream, makes the
+  // H2D stream wait for that point, copies each span back and records one
+  // event per span. A no-op when kept on device.
+  // Errors: kFailedPrecondition unless offload_finished or kept on device;
+  //   kResourceExhausted if device memory runs out, or what an ordering or
+  //   copy call returns (nothing changed; the host copy stays for a retry).
+  Status StartReload();
+
+  // The tensor of `index` as pushed. After a reload it is a view of the
+  // reloaded span, and the compute stream waits for that span's event.
+  // Errors: kFailedPrecondition if the device memory was released and no
+  //   reload started, or the group was released; what the wait returns.
+  StatusOr<Tensor> Pop(int index);
+
+  // Drops every device reference and pinned buffer (pooling the pinned
+  // buffers under the group's tag when `retain_pinned`), each freed ordered
+  // after the work that uses it. The group ends released even on error.
+  // Errors: an ordering call failed; the memory it ordered is kept by the
+  //   core (warned), never freed unordered.
+  Status ReleaseAll(bool retain_pinned);
+
+  // Readies the group for the next iteration. REQUIRES: released or never
+  // offloaded.
+  void BeginIteration();
+
+  // Bytes of pinned memory the group holds (not counting pooled buffers).
+  int64_t host_bytes() const;
+
+  // "layer 3 (offload_started)".
+  std::string Where() const;
+
+ private:
+  struct Entry {
+    Tensor tensor;          // as pushed (the storage is dropped at release)
+    std::shared_ptr<Event> ready;
+    int push_order = -1;    // index of its push event; -1: its own event
+    int span = -1;          // -1: stays on device
+    int64_t byte_offset = 0;  // of the view's first element in its storage
+  };
+  struct Span {
+    std::shared_ptr<Storage> device;    // until ReleaseForwardMemory
+    std::shared_ptr<Storage> reloaded;  // after StartReload
+    int64_t begin = 0;
+    int64_t bytes = 0;
+    std::vector<int> entries;
+    bool waited = false;  // the compute stream already waits for its reload
+  };
+
+  Status WrongState(const char* call) const;
+  StatusOr<Event*> EnsureEvent(std::unique_ptr<Event>& event);
+  // Keeps the group on device after a failed StartOffload, with a warning.
+  void KeepOnDevice(const std::string& why);
+  // Replaces sparse entry `index` by a contiguous copy made on the compute
+  // stream; false (and a warning) if that cannot be done.
+  bool MakeContiguous(int index, double coverage);
+  // Records the gathered point if `gathered` (contiguous copies were made),
+  // then enqueues the D2H copies of every span and the finish event.
+  Status EnqueueOffloadCopies(bool gathered);
+  // Drops the device storages of spans (and contiguous copies); frees those
+  // nobody else holds. REQUIRES: the compute stream is ordered after every
+  // copy that reads them, or `ordered` is false: then they are kept by the
+  // core instead of freed.
+  Status DropDeviceStorages(bool ordered, const Status& why);
+  // Frees (or pools) the pinned buffers after the last copy using them.
+  Status ReleaseHost(bool retain_pinned);
+
+  OffloadCore& core_;
+  const GroupKey key_;
+  const int64_t pinned_tag_;
+  GroupState state_ = GroupState::kNotOffloaded;
+  // Copies may read the device storages (enqueued before a failure kept
+  // the group on device): whatever frees them must be ordered after d2h.
+  bool copies_pending_ = false;
+  std::vector<Entry> entries_;
+  std::vector<Span> spans_;
+  std::vector<Buffer> host_;  // one per span
+  // Span sizes of the first iteration, when pinned buffers are retained.
+  std::vector<int64_t> retained_sizes_;
+  // Events, reused across iterations.
+  std::vector<std::shared_ptr<Event>> push_events_;
+  size_t next_push_event_ = 0;
+  std::unique_ptr<Event> offload_done_;  // on the D2H stream
+  std::unique_ptr<Event> gathered_;      // on compute, after contiguous copies
+  std::unique_ptr<Event> reload_point_;  // on compute, after reload allocations
+  std::unique_ptr<Event> order_point_;   // scratch for ComputeWaitsFor
+  std::vector<std::unique_ptr<Event>> span_reloaded_;
+  Stream* host_last_user_ = nullptr;  // the stream that last used host_
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_CORE_OFFLOAD_GROUP_H_

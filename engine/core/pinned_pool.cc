@@ -1,0 +1,109 @@
+#include "engine/core/pinned_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace offload {
+
+StatusOr<std::vector<Buffer>> PinnedPool::Take(
+    const std::vector<int64_t>& sizes, int64_t tag, Stream& writer) {
+  std::vector<Buffer> out(sizes.size());
+  std::vector<Pooled> reused;  // taken from pooled_, put back on failure
+  Status status = OkStatus();
+  for (size_t i = 0; i < sizes.size() && status.ok(); ++i) {
+    auto it = std::find_if(pooled_.begin(), pooled_.end(), [&](const Pooled& p) {
+      return p.tag == tag && p.buffer.size() == sizes[i];
+    });
+    if (it != pooled_.end()) {
+      reused.push_back(std::move(*it));
+      pooled_.erase(it);
+      continue;
+    }
+    StatusOr<Buffer> buffer = backend_.AllocatePinned(sizes[i]);
+    if (!buffer.ok()) {
+      status = buffer.status();
+      break;
+    }
+    out[i] = std::move(buffer).value();
+  }
+  // The writer waits for the last use of every reused buffer (once per
+  // event: buffers given back together share one).
+  std::vector<Event*> waited;
+  for (size_t i = 0; i < reused.size() && status.ok(); ++i) {
+    Event* event = reused[i].free_after.get();
+    if (std::find(waited.begin(), waited.end(), event) != waited.end()) {
+      continue;
+    }
+    status = writer.Wait(*event);
+    waited.push_back(event);
+  }
+  if (!status.ok()) {
+    // Nothing used the new buffers: dropping them frees them at once.
+    for (Pooled& p : reused) pooled_.push_back(std::move(p));
+    return status;
+  }
+  for (Buffer& buffer : out) {
+    if (!buffer.empty()) ++stats_.pinned_allocations;
+  }
+  // Fill the gaps with the reused buffers, matching sizes in order.
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!out[i].empty()) continue;
+    auto it = std::find_if(reused.begin(), reused.end(), [&](const Pooled& p) {
+      return !p.buffer.empty() && p.buffer.size() == sizes[i];
+    });
+    out[i] = std::move(it->buffer);
+  }
+  return out;
+}
+
+Status PinnedPool::FreeOrKeep(Buffer& buffer, Stream& stream) {
+  Status status = backend_.Free(buffer, stream);
+  if (!status.ok()) leaked_.push_back(std::move(buffer));
+  return status;
+}
+
+Status PinnedPool::Give(std::vector<Buffer> buffers, int64_t tag,
+                        Stream& last_user) {
+  if (buffers.empty()) return OkStatus();
+  StatusOr<std::unique_ptr<Event>> event = backend_.NewEvent();
+  Status status = event.status();
+  if (status.ok()) status = last_user.Record(**event);
+  if (!status.ok()) {
+    // No point to wait for: free them in stream order instead.
+    // A failed free keeps the buffer (leaked_bytes); the first error wins.
+    for (Buffer& buffer : buffers) {
+      Status freed = FreeOrKeep(buffer, last_user);
+      if (!freed.ok()) status = status.WithContext(freed.ToString());
+    }
+    return status;
+  }
+  std::shared_ptr<Event> free_after = std::move(event).value();
+  for (Buffer& buffer : buffers) {
+    pooled_.push_back(Pooled{std::move(buffer), tag, &last_user, free_after});
+  }
+  return OkStatus();
+}
+
+Status PinnedPool::Clear() {
+  Status first = OkStatus();
+  for (Pooled& p : pooled_) {
+    Status status = FreeOrKeep(p.buffer, *p.last_user);
+    if (first.ok()) first = status;
+  }
+  pooled_.clear();
+  return first;
+}
+
+int64_t PinnedPool::bytes() const {
+  int64_t total = 0;
+  for (const Pooled& p : pooled_) total += p.buffer.size();
+  return total;
+}
+
+int64_t PinnedPool::leaked_bytes() const {
+  int64_t total = 0;
+  for (const Buffer& b : leaked_) total += b.size();
+  return total;
+}
+
+}  // namespace offload
