@@ -5,50 +5,11 @@
 
 namespace offload {
 
-class FaultInjectingBackend::FaultStream final : public Stream {
- public:
-  FaultStream(FaultInjectingBackend* owner, Stream* inner)
-      : owner_(owner), inner_(inner) {}
-
-  std::string_view name() const override { return inner_->name(); }
-  Status Copy(void* dst, const void* src, int64_t bytes) override {
-    if (owner_->Trip(owner_->copies_)) {
-      return InternalError("injected copy failure on stream '" +
-                           std::string(name()) + "'");
-    }
-    return inner_->Copy(dst, src, bytes);
-  }
-  Status Gather(void* dst, const void* src, int64_t element_size,
-                const std::vector<int64_t>& shape,
-                const std::vector<int64_t>& strides) override {
-    if (owner_->Trip(owner_->copies_)) {
-      return InternalError("injected gather failure on stream '" +
-                           std::string(name()) + "'");
-    }
-    return inner_->Gather(dst, src, element_size, shape, strides);
-  }
-  Status Record(Event& event) override { return inner_->Record(event); }
-  Status Wait(const Event& event) override { return inner_->Wait(event); }
-  Status Synchronize() override { return inner_->Synchronize(); }
-
-  FaultInjectingBackend* owner_;
-  Stream* inner_;
-};
-
-FaultInjectingBackend::FaultInjectingBackend(Backend& inner) : inner_(inner) {
-  streams_.push_back(
-      std::make_unique<FaultStream>(this, &inner_.ComputeStream()));
-}
+FaultInjectingBackend::FaultInjectingBackend(Backend& inner)
+    : BackendWrapper(inner) {}
 
 FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner)
-    : owned_(std::move(inner)), inner_(*owned_) {
-  streams_.push_back(
-      std::make_unique<FaultStream>(this, &inner_.ComputeStream()));
-}
-
-FaultInjectingBackend::~FaultInjectingBackend() {
-  buffers_.clear();  // release into the inner backend while it is alive
-}
+    : BackendWrapper(std::move(inner)) {}
 
 void FaultInjectingBackend::FailPinnedAllocations(int skip, int count) {
   pinned_ = Fault{skip, count};
@@ -58,6 +19,18 @@ void FaultInjectingBackend::FailDeviceAllocations(int skip, int count) {
 }
 void FaultInjectingBackend::FailCopies(int skip, int count) {
   copies_ = Fault{skip, count};
+}
+void FaultInjectingBackend::FailNewStreams(int skip, int count) {
+  streams_ = Fault{skip, count};
+}
+void FaultInjectingBackend::FailNewEvents(int skip, int count) {
+  events_ = Fault{skip, count};
+}
+void FaultInjectingBackend::FailRecords(int skip, int count) {
+  records_ = Fault{skip, count};
+}
+void FaultInjectingBackend::FailWaits(int skip, int count) {
+  waits_ = Fault{skip, count};
 }
 
 bool FaultInjectingBackend::Trip(Fault& fault) {
@@ -71,44 +44,26 @@ bool FaultInjectingBackend::Trip(Fault& fault) {
   return true;
 }
 
-Stream* FaultInjectingBackend::Inner(Stream& stream) const {
-  for (const auto& wrapper : streams_) {
-    if (wrapper.get() == &stream) return wrapper->inner_;
-  }
-  return nullptr;
-}
-
-bool FaultInjectingBackend::OwnsStream(const Stream& stream) const {
-  return Inner(const_cast<Stream&>(stream)) != nullptr;
-}
-
-Stream& FaultInjectingBackend::ComputeStream() { return *streams_[0]; }
-
 StatusOr<Stream*> FaultInjectingBackend::NewStream(std::string_view name) {
-  OFFLOAD_ASSIGN_OR_RETURN(Stream * inner, inner_.NewStream(name));
-  streams_.push_back(std::make_unique<FaultStream>(this, inner));
-  return static_cast<Stream*>(streams_.back().get());
+  if (Trip(streams_)) {
+    return ResourceExhaustedError("injected failure: NewStream '" +
+                                  std::string(name) + "'");
+  }
+  return BackendWrapper::NewStream(name);
 }
 
 StatusOr<std::unique_ptr<Event>> FaultInjectingBackend::NewEvent() {
-  return inner_.NewEvent();
+  if (Trip(events_)) return InternalError("injected failure: NewEvent");
+  return BackendWrapper::NewEvent();
 }
 
 StatusOr<Buffer> FaultInjectingBackend::AllocateDevice(int64_t bytes,
                                                        Stream& stream) {
-  Stream* inner = Inner(stream);
-  if (inner == nullptr) {
-    return InvalidArgumentError("AllocateDevice: the stream belongs to "
-                                "another backend");
-  }
-  if (Trip(device_)) {
+  if (OwnsStream(stream) && Trip(device_)) {
     return ResourceExhaustedError("injected failure: AllocateDevice of " +
                                   std::to_string(bytes) + " B");
   }
-  OFFLOAD_ASSIGN_OR_RETURN(Buffer buffer, inner_.AllocateDevice(bytes, *inner));
-  void* data = buffer.data();
-  buffers_.emplace(data, std::move(buffer));
-  return MakeBuffer(data, bytes, MemorySpace::kDevice, &stream);
+  return BackendWrapper::AllocateDevice(bytes, stream);
 }
 
 StatusOr<Buffer> FaultInjectingBackend::AllocatePinned(int64_t bytes) {
@@ -116,30 +71,43 @@ StatusOr<Buffer> FaultInjectingBackend::AllocatePinned(int64_t bytes) {
     return ResourceExhaustedError("injected failure: AllocatePinned of " +
                                   std::to_string(bytes) + " B");
   }
-  OFFLOAD_ASSIGN_OR_RETURN(Buffer buffer, inner_.AllocatePinned(bytes));
-  void* data = buffer.data();
-  buffers_.emplace(data, std::move(buffer));
-  return MakeBuffer(data, bytes, MemorySpace::kPinnedHost, nullptr);
+  return BackendWrapper::AllocatePinned(bytes);
 }
 
-Status FaultInjectingBackend::Release(void* data, int64_t size,
-                                      MemorySpace space, Stream* stream) {
-  auto it = buffers_.find(data);
-  if (it == buffers_.end() || it->second.size() != size ||
-      it->second.space() != space) {
-    return InvalidArgumentError("Free: not a live allocation of this backend");
+Status FaultInjectingBackend::StreamCopy(Stream& stream, void* dst,
+                                         const void* src, int64_t bytes) {
+  if (Trip(copies_)) {
+    return InternalError("injected copy failure on stream '" +
+                         std::string(stream.name()) + "'");
   }
-  if (stream == nullptr) {
-    buffers_.erase(it);  // ~Buffer of the inner handle releases it
-    return OkStatus();
+  return BackendWrapper::StreamCopy(stream, dst, src, bytes);
+}
+
+Status FaultInjectingBackend::StreamGather(
+    Stream& stream, void* dst, const void* src, int64_t element_size,
+    const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  if (Trip(copies_)) {
+    return InternalError("injected gather failure on stream '" +
+                         std::string(stream.name()) + "'");
   }
-  Stream* inner = Inner(*stream);
-  if (inner == nullptr) {
-    return InvalidArgumentError("Free: the stream belongs to another backend");
+  return BackendWrapper::StreamGather(stream, dst, src, element_size, shape,
+                                      strides);
+}
+
+Status FaultInjectingBackend::StreamRecord(Stream& stream, Event& event) {
+  if (Trip(records_)) {
+    return InternalError("injected Record failure on stream '" +
+                         std::string(stream.name()) + "'");
   }
-  OFFLOAD_RETURN_IF_ERROR(inner_.Free(it->second, *inner));
-  buffers_.erase(it);
-  return OkStatus();
+  return BackendWrapper::StreamRecord(stream, event);
+}
+
+Status FaultInjectingBackend::StreamWait(Stream& stream, const Event& event) {
+  if (Trip(waits_)) {
+    return InternalError("injected Wait failure on stream '" +
+                         std::string(stream.name()) + "'");
+  }
+  return BackendWrapper::StreamWait(stream, event);
 }
 
 }  // namespace offload

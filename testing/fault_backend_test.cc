@@ -1,8 +1,10 @@
 #include "testing/fault_backend.h"
 
 #include <memory>
+#include <string_view>
 
 #include "backends/sim/sim_backend.h"
+#include "engine/backend_wrapper.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/backend_conformance.h"
@@ -14,35 +16,88 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// Without faults the wrapper is a conforming backend.
+// With nothing injected the fault backend is a conforming backend, and so is
+// a bare BackendWrapper (the base every decorator forwards through).
 Status NoHazards(Backend& backend) {
-  auto& fault = dynamic_cast<FaultInjectingBackend&>(backend);
-  auto& sim = dynamic_cast<SimBackend&>(fault.inner());
+  auto& wrapper = dynamic_cast<BackendWrapper&>(backend);
+  auto& sim = dynamic_cast<SimBackend&>(wrapper.target());
   if (!sim.hazards().empty()) {
     return InternalError(sim.hazards()[0].ToString());
   }
-  return fault.injected() == 0 ? OkStatus()
-                               : InternalError("a fault was injected");
+  auto* fault = dynamic_cast<FaultInjectingBackend*>(&backend);
+  return fault == nullptr || fault->injected() == 0
+             ? OkStatus()
+             : InternalError("a fault was injected");
+}
+
+std::unique_ptr<SimBackend> SmallSim() {
+  SimOptions options;
+  options.device_capacity_bytes = int64_t{64} << 20;
+  options.pinned_capacity_bytes = int64_t{64} << 20;
+  return NewSimBackend(options);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    FaultOverSim, BackendConformanceTest,
-    ::testing::Values(BackendFactory{
-        "no_faults",
-        [] {
-          SimOptions options;
-          options.device_capacity_bytes = int64_t{64} << 20;
-          options.pinned_capacity_bytes = int64_t{64} << 20;
-          return std::unique_ptr<Backend>(
-              std::make_unique<FaultInjectingBackend>(NewSimBackend(options)));
-        },
-        NoHazards}),
+    WrappersOverSim, BackendConformanceTest,
+    ::testing::Values(
+        BackendFactory{"no_faults",
+                       [] {
+                         return std::unique_ptr<Backend>(
+                             std::make_unique<FaultInjectingBackend>(
+                                 SmallSim()));
+                       },
+                       NoHazards},
+        BackendFactory{"bare_wrapper",
+                       [] {
+                         return std::unique_ptr<Backend>(
+                             std::make_unique<BackendWrapper>(SmallSim()));
+                       },
+                       NoHazards}),
     BackendFactoryName());
+
+// A decorator that counts the calls that reach it: placed under the fault
+// backend, it shows which calls a failure kept from the inner backend.
+class CountingBackend final : public BackendWrapper {
+ public:
+  using BackendWrapper::BackendWrapper;
+
+  int new_streams = 0, new_events = 0, records = 0, waits = 0;
+
+  StatusOr<Stream*> NewStream(std::string_view name) override {
+    ++new_streams;
+    return BackendWrapper::NewStream(name);
+  }
+  StatusOr<std::unique_ptr<Event>> NewEvent() override {
+    ++new_events;
+    return BackendWrapper::NewEvent();
+  }
+
+ private:
+  Status StreamRecord(Stream& stream, Event& event) override {
+    ++records;
+    return BackendWrapper::StreamRecord(stream, event);
+  }
+  Status StreamWait(Stream& stream, const Event& event) override {
+    ++waits;
+    return BackendWrapper::StreamWait(stream, event);
+  }
+};
 
 class FaultInjectingBackendTest : public ::testing::Test {
  protected:
+  // Counts the enqueued records and waits the simulator saw.
+  int Enqueued(std::string_view kind) {
+    sim_->RunUntilIdle();
+    int n = 0;
+    for (const SimTraceEntry& entry : sim_->trace()) {
+      n += entry.phase == "enqueue" && entry.what.rfind(kind, 0) == 0;
+    }
+    return n;
+  }
+
   std::unique_ptr<SimBackend> sim_ = NewSimBackend(SimOptions{});
-  FaultInjectingBackend fault_{*sim_};
+  CountingBackend counting_{*sim_};
+  FaultInjectingBackend fault_{counting_};
 };
 
 TEST_F(FaultInjectingBackendTest, PinnedFailuresComeAfterTheSkippedOnes) {
@@ -94,6 +149,60 @@ TEST_F(FaultInjectingBackendTest, BuffersBelongToTheWrapperAndFreeTheInner) {
   EXPECT_EQ(sim_->device_memory().live_bytes, 0);
   EXPECT_THAT(sim_->hazards(), IsEmpty());
   EXPECT_THAT(fault_.Free(device, *side), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST_F(FaultInjectingBackendTest, StreamAndEventCreationFailuresCreateNothing) {
+  fault_.FailNewStreams(/*skip=*/1);
+  fault_.FailNewEvents(/*skip=*/0, /*count=*/2);
+  EXPECT_THAT(fault_.NewEvent(),
+              StatusIs(StatusCode::kInternal, HasSubstr("injected")));
+  EXPECT_THAT(fault_.NewEvent(), StatusIs(StatusCode::kInternal));
+  EXPECT_OK(fault_.NewEvent());
+  EXPECT_OK(fault_.NewStream("first"));
+  EXPECT_THAT(fault_.NewStream("second"),
+              StatusIs(StatusCode::kResourceExhausted, HasSubstr("'second'")));
+  ASSERT_OK_AND_ASSIGN(Stream* third, fault_.NewStream("third"));
+  EXPECT_EQ(third->name(), "third");
+  EXPECT_EQ(fault_.injected(), 3);
+  EXPECT_EQ(counting_.new_events, 1);
+  EXPECT_EQ(counting_.new_streams, 2);
+}
+
+TEST_F(FaultInjectingBackendTest, RecordAndWaitFailuresEnqueueNothing) {
+  Stream& compute = fault_.ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* side, fault_.NewStream("side"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> event, fault_.NewEvent());
+  fault_.FailRecords(/*skip=*/1);
+  fault_.FailWaits(/*skip=*/0);
+  EXPECT_OK(compute.Record(*event));
+  EXPECT_THAT(compute.Record(*event),
+              StatusIs(StatusCode::kInternal, HasSubstr("Record")));
+  EXPECT_THAT(side->Wait(*event),
+              StatusIs(StatusCode::kInternal, HasSubstr("'side'")));
+  EXPECT_OK(side->Wait(*event));
+  EXPECT_OK(compute.Record(*event));
+  EXPECT_EQ(fault_.injected(), 2);
+  EXPECT_EQ(counting_.records, 2);
+  EXPECT_EQ(counting_.waits, 1);
+  EXPECT_EQ(Enqueued("record"), 2);
+  EXPECT_EQ(Enqueued("wait"), 1);
+}
+
+TEST_F(FaultInjectingBackendTest, ForeignEventsAreRejectedNotInjected) {
+  FaultInjectingBackend other(NewSimBackend(SimOptions{}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> foreign, other.NewEvent());
+  std::unique_ptr<Event> inner_event = *sim_->NewEvent();
+  fault_.FailRecords(/*skip=*/0);
+  fault_.FailWaits(/*skip=*/0);
+  Stream& compute = fault_.ComputeStream();
+  EXPECT_THAT(compute.Record(*foreign), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(compute.Wait(*inner_event),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_EQ(fault_.injected(), 0);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> own, fault_.NewEvent());
+  EXPECT_THAT(compute.Record(*own), StatusIs(StatusCode::kInternal));
+  EXPECT_THAT(compute.Wait(*own), StatusIs(StatusCode::kInternal));
+  EXPECT_EQ(fault_.injected(), 2);
 }
 
 }  // namespace
