@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "testing/byte_pattern.h"
+#include "testing/pattern_bytes.h"
 #include "testing/tensor_util.h"
 
 namespace offload {

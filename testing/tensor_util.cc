@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "testing/byte_pattern.h"
+#include "testing/pattern_bytes.h"
 
 namespace offload {
 namespace {

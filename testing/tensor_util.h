@@ -1,6 +1,7 @@
-// Tensors for tests: device tensors filled with deterministic bytes, reading a
-// tensor's logical bytes back, and views (slices, transposes, reshapes) that
-// share a storage without copying, as PyTorch's view operations do.
+// Tensors for tests and the workload driver: device tensors filled with
+// deterministic bytes, reading a tensor's logical bytes back, and views
+// (slices, transposes, reshapes) that share a storage without copying, as
+// PyTorch's view operations do.
 //
 //   ASSERT_OK_AND_ASSIGN(Tensor qkv, MakeDeviceTensor(backend, DType::kBF16,
 //                                                     {128, 4, 3 * 256}, 7));
@@ -9,7 +10,7 @@
 //   EXPECT_EQ(got, PatternTensorBytes(k, 7));
 //
 // Byte `i` of a storage made by MakeDeviceTensor(..., seed) is
-// PatternByte(i, seed) (testing/byte_pattern.h), so the expected bytes of any
+// PatternByte(i, seed) (testing/pattern_bytes.h), so the expected bytes of any
 // view of it can be computed on the host without touching the device
 // (PatternTensorBytes).
 
