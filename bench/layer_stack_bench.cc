@@ -23,6 +23,7 @@
 // UsedMemHigh is the activations' peak (weights, gradients and workspaces
 // come from plain cudaMalloc).
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <library_types.h>
 
@@ -44,37 +45,6 @@
 #include "engine/offload.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
-
-
-// The few cuBLAS entry points used, declared here: cublas_v2.h pulls in
-// cuda_fp16.h, which needs <nv/target>, a header @cuda//:cudart does not
-// export (third_party/cuda.BUILD globs *.h and *.hpp only). The values are
-// those of cublas_api.h (CUDA 13).
-extern "C" {
-typedef struct cublasContext* cublasHandle_t;
-typedef int cublasStatus_t;
-constexpr cublasStatus_t CUBLAS_STATUS_SUCCESS = 0;
-enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
-enum cublasComputeType_t { CUBLAS_COMPUTE_32F = 68 };
-enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
-cublasStatus_t cublasCreate_v2(cublasHandle_t* handle);
-cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
-cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t s);
-cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace,
-                                     size_t bytes);
-cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
-                            cublasOperation_t transb, int m, int n, int k,
-                            const void* alpha, const void* A,
-                            cudaDataType Atype, int lda, const void* B,
-                            cudaDataType Btype, int ldb, const void* beta,
-                            void* C, cudaDataType Ctype, int ldc,
-                            cublasComputeType_t computeType,
-                            cublasGemmAlgo_t algo);
-}
-#define cublasCreate cublasCreate_v2
-#define cublasDestroy cublasDestroy_v2
-#define cublasSetStream cublasSetStream_v2
-#define cublasSetWorkspace cublasSetWorkspace_v2
 
 // ---------------------------------------------------------------------------
 // Link-time interposition (see the header comment).
