@@ -1,0 +1,45 @@
+#include "bench/flags.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bench/bench_util.h"
+
+namespace offload::bench {
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&](const char* name) -> const char* {
+      size_t n = std::strlen(name);
+      if (a.compare(0, n, name) == 0 && a.size() > n && a[n] == '=') {
+        return a.c_str() + n + 1;
+      }
+      return nullptr;
+    };
+    if (const char* v = val("--hidden")) f.shape.hidden = std::atoll(v);
+    else if (const char* v = val("--tokens")) f.shape.tokens = std::atoll(v);
+    else if (const char* v = val("--layers")) f.shape.layers = std::atoi(v);
+    else if (const char* v = val("--steps")) f.steps = std::atoi(v);
+    else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
+    else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
+    else if (a == "--sim_only") f.sim_only = true;
+    else if (a == "--retain") f.retain = true;
+    else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
+    else if (const char* v = val("--gemm_ms")) {
+      for (const char* p = v; *p;) {
+        char* end = nullptr;
+        f.gemm_ms.push_back(std::strtod(p, &end));
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p) break;
+      }
+    }
+    else Die("unknown flag " + a);
+  }
+  if (f.kmax < 0) f.kmax = f.shape.layers - 2;
+  return f;
+}
+
+}  // namespace offload::bench

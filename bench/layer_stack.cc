@@ -1,0 +1,133 @@
+#include "bench/layer_stack.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "bench/bench_util.h"
+#include "engine/status.h"
+
+namespace offload::bench {
+namespace {
+
+Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
+                     const std::string& name) {
+  Tensor t;
+  t.storage = std::make_shared<Storage>(
+      Must(be.AllocateDevice(rows * cols * 2, be.ComputeStream()),
+           "AllocateDevice"));
+  t.dtype = DType::kBF16;
+  t.shape = {rows, cols};
+  t.strides = ContiguousStrides(t.shape);
+  t.name = name;
+  return t;
+}
+
+}  // namespace
+
+void* Ptr(const Tensor& t) {
+  return static_cast<char*>(t.storage->data()) + t.offset * t.element_size();
+}
+
+StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
+  Backend& be = ex.backend();
+  const int64_t T = s.tokens, H = s.hidden;
+  StepCost cost;
+  auto timed_call = [&](Call call, auto&& f) {
+    Clock::time_point t0 = Clock::now();
+    auto r = f();
+    double ns = NsSince(t0);
+    cost.engine_host_ns += ns;
+    cost.call_ns[call] += ns;
+    cost.call_count[call] += 1;
+    return r;
+  };
+  struct Saved {
+    SavedTensor x, qkv, attn, o, u;
+  };
+  std::vector<Saved> saved(s.layers);
+
+  Tensor x = NewActivation(be, T, H, "x0");
+  ex.FillInput(x);
+  for (int i = 0; i < s.layers; ++i) {
+    int layer = Must(timed_call(kForwardStep, [&] { return off.ForwardStep(); }), "ForwardStep");
+    if (layer != i) Die("unexpected layer id");
+    Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
+    ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
+           {&x}, &qkv);
+    Tensor attn = NewActivation(be, T, H, "attn");
+    ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(qkv), ex.weight(1), Ptr(attn)},
+           {&qkv}, &attn);
+    Tensor o = NewActivation(be, T, H, "o");
+    ex.Run(2, i, {false, false, T, H, H, Ptr(attn), ex.weight(2), Ptr(o)},
+           {&attn}, &o);
+    Tensor u = NewActivation(be, T, 4 * H, "u");
+    ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(o), ex.weight(3), Ptr(u)},
+           {&o}, &u);
+    Tensor y = NewActivation(be, T, H, "y");
+    ex.Run(4, i, {false, false, T, H, 4 * H, Ptr(u), ex.weight(4), Ptr(y)},
+           {&u}, &y);
+    Saved& sv = saved[i];
+    sv.x = Must(timed_call(kPush, [&] { return off.Push(x); }), "Push x");
+    sv.qkv = Must(timed_call(kPush, [&] { return off.Push(qkv); }), "Push qkv");
+    sv.attn = Must(timed_call(kPush, [&] { return off.Push(attn); }), "Push attn");
+    sv.o = Must(timed_call(kPush, [&] { return off.Push(o); }), "Push o");
+    sv.u = Must(timed_call(kPush, [&] { return off.Push(u); }), "Push u");
+    cost.pushes += 5;
+    x = std::move(y);  // drops this layer's other tensors
+  }
+  ex.Output(x);
+  x = Tensor();
+
+  void* dy = ex.work(0);
+  for (int i = s.layers - 1; i >= 0; --i) {
+    Must(timed_call(kBackwardStep, [&] { return off.BackwardStep(i); }), "BackwardStep");
+    Saved& sv = saved[i];
+    void* du = ex.work(3);
+    void* d_o = ex.work(4);
+    void* dattn = ex.work(5);
+    void* dqkv = ex.work(6);
+    void* dx = ex.work(i % 2 ? 1 : 2);
+    auto pop = [&](const SavedTensor& st) {
+      return Must(timed_call(kPop, [&] { return off.Pop(st); }), "Pop");
+    };
+    ex.Run(5, i, {false, true, T, 4 * H, H, dy, ex.weight(4), du}, {}, nullptr);
+    {
+      Tensor u = pop(sv.u);
+      ex.Run(6, i, {true, false, 4 * H, H, T, Ptr(u), dy, ex.grad(i, 4)}, {&u},
+             nullptr);
+    }
+    ex.Run(7, i, {false, true, T, H, 4 * H, du, ex.weight(3), d_o}, {}, nullptr);
+    {
+      Tensor o = pop(sv.o);
+      ex.Run(8, i, {true, false, H, 4 * H, T, Ptr(o), du, ex.grad(i, 3)}, {&o},
+             nullptr);
+    }
+    ex.Run(9, i, {false, true, T, H, H, d_o, ex.weight(2), dattn}, {}, nullptr);
+    {
+      Tensor attn = pop(sv.attn);
+      ex.Run(10, i, {true, false, H, H, T, Ptr(attn), d_o, ex.grad(i, 2)},
+             {&attn}, nullptr);
+    }
+    ex.Run(11, i, {false, true, T, 3 * H, H, dattn, ex.weight(1), dqkv}, {},
+           nullptr);
+    {
+      Tensor qkv = pop(sv.qkv);
+      ex.Run(12, i, {true, false, 3 * H, H, T, Ptr(qkv), dattn, ex.grad(i, 1)},
+             {&qkv}, nullptr);
+    }
+    ex.Run(13, i, {false, true, T, H, 3 * H, dqkv, ex.weight(0), dx}, {},
+           nullptr);
+    {
+      Tensor xi = pop(sv.x);
+      ex.Run(14, i, {true, false, H, 3 * H, T, Ptr(xi), dqkv, ex.grad(i, 0)},
+             {&xi}, nullptr);
+    }
+    sv = Saved();  // as autograd: the saved handles go with the layer
+    dy = dx;
+  }
+  Must(timed_call(kFinishBackward, [&] { return off.FinishBackward(); }), "FinishBackward");
+  return cost;
+}
+
+}  // namespace offload::bench

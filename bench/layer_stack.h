@@ -1,0 +1,91 @@
+// The workload of the layer-stack benchmark, independent of the device: a
+// stack of transformer-block-like layers whose activations go through the
+// Offloader. An Exec runs its GEMMs, on the real GPU (gpu_exec.h) or on the
+// simulator (sim_bound.h).
+//
+// Per layer, forward (row-major, bf16, fp32 accumulation):
+//   qkv  = x    · Wqkv  [T,H]x[H,3H]     saved: x, qkv, attn, o, u
+//   attn = qkv  · Wa    [T,3H]x[3H,H]    (stand-in for attention)
+//   o    = attn · Wo    [T,H]x[H,H]
+//   u    = o    · Wup   [T,H]x[H,4H]
+//   y    = u    · Wdown [T,4H]x[4H,H]    (the next layer's x)
+// Backward: for each forward GEMM, the input gradient and the weight gradient
+// (2x the forward work); each weight gradient reads a popped activation.
+// The weights are shared by the layers; the gradients are per layer.
+
+#ifndef OFFLOAD_BENCH_LAYER_STACK_H_
+#define OFFLOAD_BENCH_LAYER_STACK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/offload.h"
+#include "engine/tensor.h"
+
+namespace offload::bench {
+
+struct Shape {
+  int layers = 8;
+  int64_t hidden = 4096;
+  int64_t tokens = 8192;
+};
+
+// Forward GEMMs 0..4, backward GEMMs 5..14 (see the comment at the top).
+inline constexpr int kGemms = 15;
+inline constexpr const char* kGemmNames[kGemms] = {
+    "fwd qkv",      "fwd attn",   "fwd o",      "fwd up",     "fwd down",
+    "bwd d_u",      "bwd dWdown", "bwd d_o",    "bwd dWup",   "bwd d_attn",
+    "bwd dWo",      "bwd d_qkv",  "bwd dWa",    "bwd d_x",    "bwd dWqkv"};
+
+// C = op(A) op(B), row-major; op(A) is [M,K], op(B) is [K,N].
+struct Gemm {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+};
+
+// What a step does on its device: the real GPU or the simulator.
+class Exec {
+ public:
+  virtual ~Exec() = default;
+  virtual Backend& backend() = 0;
+  // Enqueues GEMM `id` of `layer` on the compute stream. `reads` and `write`
+  // are the activations it touches (the simulator's kernel declares them).
+  virtual void Run(int id, int layer, const Gemm& g,
+                   std::vector<const Tensor*> reads, const Tensor* write) = 0;
+  // Fills the first layer's input.
+  virtual void FillInput(const Tensor& x0) = 0;
+  // The last layer's output is final (the real GPU copies it for checking).
+  virtual void Output(const Tensor& y) = 0;
+  // Fixed buffers (nullptr in the simulator).
+  virtual void* weight(int w) = 0;         // 0 qkv, 1 a, 2 o, 3 up, 4 down
+  virtual void* grad(int layer, int w) = 0;
+  virtual void* work(int i) = 0;           // 0 dtop, 1/2 d ping-pong,
+                                           // 3 du, 4 do, 5 dattn, 6 dqkv
+};
+
+// The address of `t`'s first element.
+void* Ptr(const Tensor& t);
+
+// Offloader calls, for the host-cost breakdown.
+enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };
+inline constexpr const char* kCallNames[kCalls] = {
+    "ForwardStep", "Push", "BackwardStep", "Pop", "FinishBackward"};
+
+struct StepCost {
+  double engine_host_ns = 0;  // wall time inside Offloader calls
+  int64_t pushes = 0;
+  double call_ns[kCalls] = {};
+  int64_t call_count[kCalls] = {};
+};
+
+// One training step (forward over all layers, then backward) through `off`,
+// on `ex`. Dies on any engine error.
+StepCost RunStep(Exec& ex, Offloader& off, const Shape& s);
+
+}  // namespace offload::bench
+
+#endif  // OFFLOAD_BENCH_LAYER_STACK_H_

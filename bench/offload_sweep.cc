@@ -1,0 +1,141 @@
+#include "bench/offload_sweep.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "bench/copy_interposer.h"
+#include "bench/cuda_check.h"
+#include "bench/sim_bound.h"
+#include "engine/offload.h"
+#include "engine/status.h"
+
+namespace offload::bench {
+
+SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
+                     double peak_d2h, double peak_h2d) {
+  const Shape& s = flags.shape;
+  CopyTimer& copies = GlobalCopyTimer();
+  SweepResult result;
+  std::vector<SweepRow>& rows = result.rows;
+  std::vector<uint64_t> reference;
+  std::array<double, kGemms>& gemm_ns = result.gemm_ns;
+
+  for (int k = 0; k <= flags.kmax; ++k) {
+    OffloadOptions oo;
+    oo.model_layers = s.layers;
+    oo.offloaded_layers = k;
+    oo.retain_pinned_buffers = flags.retain;
+    auto off = Must(Offloader::Create(be, oo), "Offloader::Create");
+    for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
+    Cuda(cudaDeviceSynchronize(), "sync");
+    // Per-GEMM durations, for the bound (k=0), and at every k to see
+    // whether the GEMMs run at the same speed next to the copies.
+    std::array<double, kGemms> own_ns{};
+    {
+      std::array<std::vector<double>, kGemms> samples;
+      for (int c = 0; c < 3; ++c) {
+        ex.StartCalibration();
+        RunStep(ex, *off, s);
+        ex.EndCalibration(samples);
+      }
+      for (int g = 0; g < kGemms; ++g) own_ns[g] = Median(samples[g]);
+      if (k == 0) gemm_ns = own_ns;
+    }
+    auto st0 = Must(be.stats(), "stats");
+    unsigned long long zero = 0;
+    Cuda(cudaMemPoolSetAttribute(SeenMemPool(), cudaMemPoolAttrUsedMemHigh,
+                                 &zero),
+         "reset UsedMemHigh");
+    std::vector<double> times, host;
+    StepCost cost;
+    double call_ns[kCalls] = {};
+    int64_t call_count[kCalls] = {};
+    int64_t offloaded0 = off->stats().tensors_offloaded;
+    for (int i = 0; i < flags.steps; ++i) {
+      Cuda(cudaDeviceSynchronize(), "sync");
+      Clock::time_point t0 = Clock::now();
+      StepCost c = RunStep(ex, *off, s);
+      Cuda(cudaDeviceSynchronize(), "sync");
+      times.push_back(NsSince(t0));
+      host.push_back(c.engine_host_ns);
+      cost.pushes += c.pushes;
+      for (int q = 0; q < kCalls; ++q) {
+        call_ns[q] += c.call_ns[q];
+        call_count[q] += c.call_count[q];
+      }
+    }
+    int64_t offloaded = off->stats().tensors_offloaded - offloaded0;
+    unsigned long long high = 0;
+    Cuda(cudaMemPoolGetAttribute(SeenMemPool(), cudaMemPoolAttrUsedMemHigh,
+                                 &high),
+         "UsedMemHigh");
+    auto st1 = Must(be.stats(), "stats");
+
+    // One more step with each engine copy timed, and the outputs checked.
+    copies.records.clear();
+    copies.next = 0;
+    copies.overflow = false;
+    copies.enabled = true;
+    ex.set_capture(true);
+    RunStep(ex, *off, s);
+    Cuda(cudaDeviceSynchronize(), "sync");
+    copies.enabled = false;
+    ex.set_capture(false);
+    double d2h_bytes = 0, h2d_bytes = 0, d2h_ms = 0, h2d_ms = 0;
+    size_t min_copy = SIZE_MAX;
+    for (const CopyRecord& r : copies.records) {
+      float ms = 0;
+      Cuda(cudaEventElapsedTime(&ms, r.start, r.end), "elapsed");
+      (r.d2h ? d2h_bytes : h2d_bytes) += double(r.bytes);
+      (r.d2h ? d2h_ms : h2d_ms) += ms;
+      min_copy = std::min(min_copy, r.bytes);
+    }
+    if (copies.overflow) std::printf("warning: copy event pool overflow\n");
+    std::vector<uint64_t> hashes = ex.Hashes();
+    if (k == 0) reference = hashes;
+
+    SweepRow row{};
+    row.k = k;
+    row.step_ns = Median(times);
+    double sum_host = 0;
+    for (double h : host) sum_host += h;
+    row.host_ns_per_offloaded = offloaded ? sum_host / double(offloaded) : 0;
+    row.host_ns_per_push = sum_host / double(cost.pushes);
+    row.peak = high;
+    row.d2h_bytes = d2h_bytes;
+    row.h2d_bytes = h2d_bytes;
+    row.d2h_gbps = d2h_ms > 0 ? d2h_bytes / (d2h_ms * 1e6) : 0;
+    row.h2d_gbps = h2d_ms > 0 ? h2d_bytes / (h2d_ms * 1e6) : 0;
+    row.copies = copies.records.size();
+    row.min_copy = copies.records.empty() ? 0 : min_copy;
+    row.identical = hashes == reference;
+    row.pinned_slab_allocs =
+        st1.pinned_slab_allocations - st0.pinned_slab_allocations;
+    SimResult sim = SimulateSchedule(s, k, gemm_ns, peak_d2h, peak_h2d);
+    row.bound_ns = sim.step_ns;
+    row.sim_peak = sim.peak_bytes;
+    row.hazards = sim.hazards;
+    SimResult sim_own = SimulateSchedule(s, k, own_ns, peak_d2h, peak_h2d);
+    row.bound_own_ns = sim_own.step_ns;
+    for (int g = 0; g < kGemms; ++g) (g < 5 ? row.fwd_ns : row.bwd_ns) += own_ns[g];
+    for (int q = 0; q < kCalls; ++q) {
+      row.call_us[q] = call_count[q] ? call_ns[q] / call_count[q] / 1e3 : 0;
+    }
+    rows.push_back(row);
+    std::fprintf(stderr, "k=%d done: step %.2f ms, bound %.2f ms\n", k,
+                 row.step_ns / 1e6, row.bound_ns / 1e6);
+    for (const std::string& w : off->diagnostics().warnings()) {
+      std::fprintf(stderr, "  engine warning: %s\n", w.c_str());
+    }
+  }
+  return result;
+}
+
+}  // namespace offload::bench

@@ -1,0 +1,28 @@
+// What layer_stack_bench prints to stdout: Markdown tables and summary lines
+// (docs/benchmarks.md quotes them).
+
+#ifndef OFFLOAD_BENCH_REPORT_H_
+#define OFFLOAD_BENCH_REPORT_H_
+
+#include "bench/flags.h"
+#include "bench/layer_stack.h"
+#include "bench/offload_sweep.h"
+#include "bench/pinned_bandwidth.h"
+
+namespace offload::bench {
+
+// The two "#" lines: device, shape, saved bytes per layer, step counts.
+void PrintHeader(const char* device_name, const Flags& flags);
+
+// The pinned copy peak table and the peak the bound uses.
+void PrintPinnedPeak(const PinnedPeak& peak);
+
+// The per-GEMM table, the table per k, the bound with each k's own GEMM
+// times, the copy, slab and hazard lines and the bit-identity verdict.
+// Returns whether every k was bit-identical to k = 0.
+// REQUIRES: `sweep.rows` is not empty.
+bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h);
+
+}  // namespace offload::bench
+
+#endif  // OFFLOAD_BENCH_REPORT_H_

@@ -1,0 +1,33 @@
+// The lower bound a measured step is compared with: the same schedule (the
+// same Offloader calls, the same GEMM order) on the SimBackend, with each
+// GEMM taking its measured duration and copies running at the measured
+// pinned peak with no latency.
+
+#ifndef OFFLOAD_BENCH_SIM_BOUND_H_
+#define OFFLOAD_BENCH_SIM_BOUND_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "bench/layer_stack.h"
+
+namespace offload::bench {
+
+struct SimResult {
+  double step_ns = 0;      // the last of three simulated steps
+  int64_t peak_bytes = 0;  // simulated device memory peak
+  size_t hazards = 0;      // data races the simulator saw
+};
+
+// Simulates three steps of `s` with `k` layers offloaded. `ns[g]` is GEMM g's
+// duration; the bandwidths are in GB/s (1e9 B/s). With `print_trace`, prints
+// the simulator's start/end lines of the compute and copy streams to stdout.
+SimResult SimulateSchedule(const Shape& s, int k,
+                           const std::array<double, kGemms>& ns,
+                           double d2h_gbps, double h2d_gbps,
+                           bool print_trace = false);
+
+}  // namespace offload::bench
+
+#endif  // OFFLOAD_BENCH_SIM_BOUND_H_
