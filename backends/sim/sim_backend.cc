@@ -14,8 +14,6 @@ namespace {
 // it ever dereferences one.
 constexpr uintptr_t kDeviceAddressBase = uintptr_t{0x1000} << 48;
 constexpr int64_t kDeviceAlignment = 256;
-constexpr uint8_t kPoisonByte = 0xCD;  // fresh device memory
-constexpr uint8_t kLostByte = 0xDE;    // bytes read from freed memory
 
 std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
 
@@ -96,18 +94,6 @@ class SimBackend::SimStream final : public Stream {
 
 // ---------------------------------------------------------------------------
 
-std::string SimTraceEntry::ToString() const {
-  std::string out = "t=" + std::to_string(time_ns) + " " + phase;
-  if (op != 0) out += " op=" + std::to_string(op);
-  out += " [" + stream + "] " + what;
-  return out;
-}
-
-std::string SimBackend::Block::Name() const {
-  return (space == MemorySpace::kDevice ? "device#" : "pinned#") +
-         std::to_string(id);
-}
-
 SimBackend::SimBackend(const SimOptions& options)
     : options_(options),
       rng_state_(options.seed),
@@ -116,6 +102,7 @@ SimBackend::SimBackend(const SimOptions& options)
   stats_[1].capacity_bytes = options_.pinned_capacity_bytes;
   streams_.emplace_back();
   streams_[0].handle = std::make_unique<SimStream>(this, 0, "compute");
+  streams_[0].name = "compute";
 }
 
 SimBackend::~SimBackend() = default;
@@ -131,6 +118,7 @@ StatusOr<Stream*> SimBackend::NewStream(std::string_view name) {
   streams_.emplace_back();
   streams_.back().handle =
       std::make_unique<SimStream>(this, index, std::string(name));
+  streams_.back().name = std::string(name);
   return static_cast<Stream*>(streams_.back().handle.get());
 }
 
@@ -248,8 +236,9 @@ StatusOr<Buffer> SimBackend::AllocateDevice(int64_t bytes, Stream& stream) {
   held_bytes_[0] += bytes;
   ++stats_[0].allocations;
   Op op;
-  op.kind = "alloc";
-  op.what = block.Name() + " " + Bytes(bytes);
+  op.desc.kind = SimOpKind::kAlloc;
+  op.desc.dst = block.Ref(0);
+  op.desc.bytes = bytes;
   op.on_end = [this, bytes] { AddLive(MemorySpace::kDevice, bytes); };
   AccessOp ref = Enqueue(s, std::move(op), nullptr);
   detector_.OnAllocate(block.id, block.Name(), std::move(ref));
@@ -286,7 +275,11 @@ StatusOr<Buffer> SimBackend::AllocatePinned(int64_t bytes) {
   held_bytes_[1] += bytes;
   ++stats_[1].allocations;
   AddLive(MemorySpace::kPinnedHost, bytes);
-  AccessOp ref = HostOp("alloc " + block.Name() + " " + Bytes(bytes));
+  SimTraceEntry desc;
+  desc.kind = SimOpKind::kAlloc;
+  desc.dst = block.Ref(0);
+  desc.bytes = bytes;
+  AccessOp ref = HostOp(std::move(desc));
   detector_.OnAllocate(block.id, block.Name(), std::move(ref));
   return MakeBuffer(block.bytes.get(), bytes, MemorySpace::kPinnedHost,
                     nullptr);
@@ -311,7 +304,11 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
                                   ": device memory is freed on a stream");
     }
     block.freed = true;
-    AccessOp ref = HostOp("free " + block.Name() + " " + Bytes(size));
+    SimTraceEntry desc;
+    desc.kind = SimOpKind::kFree;
+    desc.dst = block.Ref(0);
+    desc.bytes = size;
+    AccessOp ref = HostOp(std::move(desc));
     detector_.OnFree(block.id, ref, host_clock_);
     held_bytes_[sp] -= size;
     AddLive(space, -size);
@@ -327,8 +324,9 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
   block.freed = true;
   pending_free_[sp][s] += size;
   Op op;
-  op.kind = "free";
-  op.what = block.Name() + " " + Bytes(size);
+  op.desc.kind = SimOpKind::kFree;
+  op.desc.dst = block.Ref(0);
+  op.desc.bytes = size;
   uint64_t id = block.id;
   op.on_end = [this, address, id, size, space, sp, s] {
     pending_free_[sp][s] -= size;
@@ -375,7 +373,7 @@ int64_t SimBackend::CopyDurationNs(MemorySpace dst, MemorySpace src,
 
 Status SimBackend::EnqueueCopy(int s, void* dst, const void* src,
                                int64_t bytes) {
-  const std::string& name = streams_[s].handle->name_;
+  const std::string& name = streams_[s].name;
   if (bytes < 0) {
     return InvalidArgumentError("Copy on stream '" + name +
                                 "': negative byte count " +
@@ -397,7 +395,7 @@ Status SimBackend::EnqueueGather(int s, void* dst, const void* src,
                                  int64_t element_size,
                                  const std::vector<int64_t>& shape,
                                  const std::vector<int64_t>& strides) {
-  OFFLOAD_RETURN_IF_ERROR(ValidateGather(streams_[s].handle->name_, dst, src,
+  OFFLOAD_RETURN_IF_ERROR(ValidateGather(streams_[s].name, dst, src,
                                          element_size, shape, strides));
   int64_t elements = 1, last = 0;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -420,7 +418,7 @@ Status SimBackend::EnqueueTransfer(
     int s, bool gather, void* dst, const void* src, int64_t bytes,
     int64_t extent, std::function<void(const uint8_t*, uint8_t*)> read) {
   const std::string where = std::string(gather ? "Gather" : "Copy") +
-                            " on stream '" + streams_[s].handle->name_ + "'";
+                            " on stream '" + streams_[s].name + "'";
   auto from = Resolve(src, extent, where + ": source");
   if (!from.ok()) return from.status();
   auto to = Resolve(dst, bytes, where + ": destination");
@@ -433,10 +431,10 @@ Status SimBackend::EnqueueTransfer(
                                 to_block->Name());
   }
   Op op;
-  op.kind = gather ? "gather" : "copy";
-  op.what = from_block->Name() + "+" + std::to_string(from->offset) + " -> " +
-            to_block->Name() + "+" + std::to_string(to->offset) + " " +
-            Bytes(bytes);
+  op.desc.kind = gather ? SimOpKind::kGather : SimOpKind::kCopy;
+  op.desc.src = from_block->Ref(from->offset);
+  op.desc.dst = to_block->Ref(to->offset);
+  op.desc.bytes = bytes;
   if (gather) {
     // A kernel on the stream's SMs, at device-to-device speed.
     op.duration_ns = Jitter(CopyDurationNs(MemorySpace::kDevice,
@@ -515,8 +513,8 @@ Status SimBackend::EnqueueKernel(Stream& stream, SimKernel kernel) {
     }
   }
   Op op;
-  op.kind = "kernel";
-  op.what = kernel.name;
+  op.desc.kind = SimOpKind::kKernel;
+  op.desc.label = kernel.name;
   op.duration_ns = Jitter(kernel.duration_ns);
   if (kernel.body) {
     op.on_end = [this, body = std::move(kernel.body)] { body(*this); };
@@ -535,8 +533,8 @@ Status SimBackend::EnqueueKernel(Stream& stream, SimKernel kernel) {
 
 Status SimBackend::RecordEvent(int s, SimEvent& event) {
   Op op;
-  op.kind = "record";
-  op.what = event.Name();
+  op.desc.kind = SimOpKind::kRecord;
+  op.desc.label = event.Name();
   VectorClock clock;
   Enqueue(s, std::move(op), &clock);
   event.recorded_ = true;
@@ -550,9 +548,10 @@ Status SimBackend::WaitEvent(int s, const SimEvent& event) {
   if (!event.recorded_) return OkStatus();  // CUDA: a no-op
   streams_[s].clock.Join(event.clock_);
   Op op;
-  op.kind = "wait";
-  op.what = event.Name() + " (recorded on '" +
-            std::string(streams_[event.stream_].handle->name()) + "')";
+  op.desc.kind = SimOpKind::kWait;
+  op.desc.label = event.Name();
+  op.desc.peer_stream = event.stream_;
+  op.desc.peer_stream_name = streams_[event.stream_].name;
   op.wait_stream = event.stream_;
   op.wait_count = event.count_;
   Enqueue(s, std::move(op), nullptr);
@@ -567,15 +566,25 @@ bool SimBackend::EventDone(const SimEvent& event) const {
 void SimBackend::SynchronizeEvent(const SimEvent& event) {
   RunUntil([&] { return EventDone(event); }, -1);
   host_clock_.Join(event.clock_);
-  Trace("host", 0, -1, "synchronize " + event.Name());
+  SimTraceEntry desc;
+  desc.kind = SimOpKind::kSynchronizeEvent;
+  desc.label = event.Name();
+  if (event.recorded_) {
+    desc.peer_stream = event.stream_;
+    desc.peer_stream_name = streams_[event.stream_].name;
+  }
+  Trace(SimPhase::kHost, 0, -1, desc);
 }
 
 void SimBackend::SynchronizeStream(int s) {
   uint64_t target = streams_[s].enqueued;
   RunUntil([&] { return streams_[s].completed >= target; }, -1);
   host_clock_.Join(streams_[s].clock);
-  Trace("host", 0, -1, "synchronize stream '" +
-                           std::string(streams_[s].handle->name()) + "'");
+  SimTraceEntry desc;
+  desc.kind = SimOpKind::kSynchronizeStream;
+  desc.peer_stream = s;
+  desc.peer_stream_name = streams_[s].name;
+  Trace(SimPhase::kHost, 0, -1, desc);
 }
 
 void SimBackend::RunUntilIdle() {
@@ -588,7 +597,9 @@ void SimBackend::RunUntilIdle() {
       },
       -1);
   for (const StreamState& st : streams_) host_clock_.Join(st.clock);
-  Trace("host", 0, -1, "synchronize device");
+  SimTraceEntry desc;
+  desc.kind = SimOpKind::kSynchronizeDevice;
+  Trace(SimPhase::kHost, 0, -1, desc);
 }
 
 void SimBackend::RunFor(int64_t ns) {
@@ -601,20 +612,19 @@ AccessOp SimBackend::Enqueue(int s, Op op, VectorClock* clock) {
   st.clock.Join(host_clock_);  // ordered after everything the host did
   Epoch epoch = st.clock.Tick(Component(s));
   op.seq = next_seq_++;
-  AccessOp ref{epoch, "op " + std::to_string(op.seq) + " " + op.kind + " " +
-                          op.what + " on '" +
-                          std::string(st.handle->name()) + "'"};
-  Trace("enqueue", op.seq, s, op.kind + " " + op.what);
+  AccessOp ref{epoch, "op " + std::to_string(op.seq) + " " +
+                          op.desc.Description() + " on '" + st.name + "'"};
+  Trace(SimPhase::kEnqueue, op.seq, s, op.desc);
   if (clock != nullptr) *clock = st.clock;
   st.queue.push_back(std::move(op));
   ++st.enqueued;
   return ref;
 }
 
-AccessOp SimBackend::HostOp(const std::string& what) {
+AccessOp SimBackend::HostOp(SimTraceEntry desc) {
   Epoch epoch = host_clock_.Tick(0);
-  Trace("host", 0, -1, what);
-  return AccessOp{epoch, "host " + what};
+  Trace(SimPhase::kHost, 0, -1, desc);
+  return AccessOp{epoch, "host " + desc.Description()};
 }
 
 // ---------------------------------------------------------------------------
@@ -654,7 +664,7 @@ void SimBackend::StartReadyWork() {
             Start(s, op);
             break;
           }
-          Trace("start", op.seq, s, op.kind + " " + op.what);
+          Trace(SimPhase::kStart, op.seq, s, op.desc);
           if (op.on_start) op.on_start();
           Finish(s);  // zero duration: done at once
           progress = true;
@@ -685,7 +695,7 @@ void SimBackend::StartReadyWork() {
 void SimBackend::Start(int s, Op& op) {
   op.running = true;
   if (op.on_start) op.on_start();
-  Trace("start", op.seq, s, op.kind + " " + op.what);
+  Trace(SimPhase::kStart, op.seq, s, op.desc);
   running_.push(Running{now_ns_ + op.duration_ns, op.seq, s});
 }
 
@@ -704,7 +714,7 @@ void SimBackend::Finish(int s) {
   st.queue.pop_front();
   if (op.on_end) op.on_end();
   ++st.completed;
-  Trace("end", op.seq, s, op.kind + " " + op.what);
+  Trace(SimPhase::kEnd, op.seq, s, op.desc);
 }
 
 int64_t SimBackend::Jitter(int64_t duration_ns) {
@@ -724,13 +734,15 @@ uint64_t SimBackend::NextRandom() {
   return z ^ (z >> 31);
 }
 
-void SimBackend::Trace(std::string phase, uint64_t op, int s,
-                       std::string what) {
+void SimBackend::Trace(SimPhase phase, uint64_t seq, int s,
+                       const SimTraceEntry& desc) {
   if (!options_.record_trace) return;
-  trace_.push_back(SimTraceEntry{
-      now_ns_, std::move(phase), op,
-      s < 0 ? std::string("host") : std::string(streams_[s].handle->name()),
-      std::move(what)});
+  SimTraceEntry& entry = trace_.emplace_back(desc);
+  entry.time_ns = now_ns_;
+  entry.phase = phase;
+  entry.seq = seq;
+  entry.stream = s;
+  entry.stream_name = s < 0 ? "host" : streams_[s].name;
 }
 
 std::string SimBackend::TraceText() const {
