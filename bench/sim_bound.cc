@@ -80,7 +80,9 @@ SimResult SimulateSchedule(const Shape& s, int k,
   if (print_trace) {
     // The last step's start/end lines of the compute and copy streams.
     for (const SimTraceEntry& e : sim.trace()) {
-      if (e.phase == "enqueue" || e.phase == "host") continue;
+      if (e.phase == SimPhase::kEnqueue || e.phase == SimPhase::kHost) {
+        continue;
+      }
       std::printf("%s\n", e.ToString().c_str());
     }
   }

@@ -96,8 +96,13 @@ TEST_F(OffloaderTest, ManualModeRunsAllCopiesOnTheGivenOffloadStream) {
   std::vector<std::vector<Pushed>> saved(kLayers);
   for (int layer = 0; layer < kLayers; ++layer) {
     ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(layer));
-    if (layer > 0) ASSERT_OK(offloader->StartOffload(layer - 1));
-    if (layer > 1) ASSERT_OK(offloader->ReleaseForwardMemory(layer - 2));
+    // Braces: the assertion macros end in an `else` of their own.
+    if (layer > 0) {
+      ASSERT_OK(offloader->StartOffload(layer - 1));
+    }
+    if (layer > 1) {
+      ASSERT_OK(offloader->ReleaseForwardMemory(layer - 2));
+    }
     ASSERT_OK_AND_ASSIGN(Tensor t, MakeDeviceTensor(*sim_, DType::kBF16,
                                                     {512, 1024}, 60 + layer));
     ASSERT_NO_FATAL_FAILURE(PushAndRemember(*offloader, t, 60 + layer,
@@ -112,10 +117,12 @@ TEST_F(OffloaderTest, ManualModeRunsAllCopiesOnTheGivenOffloadStream) {
   std::set<std::string> streams;
   int side_d2h = 0, side_h2d = 0;
   for (const SimTraceEntry& entry : sim_->trace()) {
-    streams.insert(entry.stream);
-    if (entry.stream != "side" || entry.phase != "start") continue;
-    if (entry.what.find("-> pinned#") != std::string::npos) ++side_d2h;
-    if (entry.what.find("-> device#") != std::string::npos) ++side_h2d;
+    streams.insert(entry.stream_name);
+    if (entry.stream_name != "side" || entry.phase != SimPhase::kStart) {
+      continue;
+    }
+    if (MovesInto(MemorySpace::kPinnedHost)(entry)) ++side_d2h;
+    if (MovesInto(MemorySpace::kDevice)(entry)) ++side_h2d;
   }
   EXPECT_EQ(streams, (std::set<std::string>{"compute", "side", "host"}));
   EXPECT_EQ(side_d2h, 2);
@@ -258,22 +265,24 @@ TEST_F(OffloaderTest, PoppedTensorWaitsOnlyForItsOwnSpan) {
   ASSERT_EQ(offloader->state(0), GroupState::kReloadStarted);
 
   // Which span's reload was enqueued first (the order is the engine's).
+  // A reload: a copy out of pinned memory off the compute stream.
+  auto is_reload = [](const SimTraceEntry& entry) {
+    return entry.stream_name != "compute" && entry.kind == SimOpKind::kCopy &&
+           entry.src.space == MemorySpace::kPinnedHost;
+  };
   int64_t small_seq = -1, large_seq = -1;
   for (const SimTraceEntry& entry : sim_->trace()) {
-    if (entry.phase != "enqueue" || entry.stream == "compute" ||
-        entry.what.rfind("copy pinned#", 0) != 0) {
-      continue;
-    }
-    if (entry.what.find(" 4194304 B") != std::string::npos) small_seq = entry.op;
-    if (entry.what.find(" 8388608 B") != std::string::npos) large_seq = entry.op;
+    if (entry.phase != SimPhase::kEnqueue || !is_reload(entry)) continue;
+    if (entry.bytes == kSmall) small_seq = static_cast<int64_t>(entry.seq);
+    if (entry.bytes == kLarge) large_seq = static_cast<int64_t>(entry.seq);
   }
   ASSERT_GE(small_seq, 0);
   ASSERT_GE(large_seq, 0);
   const bool small_first = small_seq < large_seq;
   const SavedTensor& first = small_first ? small_handle : large_handle;
   const SavedTensor& second = small_first ? large_handle : small_handle;
-  const std::string first_size = small_first ? " 4194304 B" : " 8388608 B";
-  const std::string second_size = small_first ? " 8388608 B" : " 4194304 B";
+  const int64_t first_size = small_first ? kSmall : kLarge;
+  const int64_t second_size = small_first ? kLarge : kSmall;
 
   ASSERT_OK(offloader->BackwardStep(0));
   ASSERT_OK_AND_ASSIGN(Tensor a, offloader->Pop(first));
@@ -282,20 +291,17 @@ TEST_F(OffloaderTest, PoppedTensorWaitsOnlyForItsOwnSpan) {
   ASSERT_OK(Consume(*sim_, {b}, 1000, "use second"));
   sim_->RunUntilIdle();
 
-  auto reload_end = [&](const std::string& size) {
-    for (const SimTraceEntry& entry : sim_->trace()) {
-      if (entry.phase == "end" && entry.stream != "compute" &&
-          entry.what.rfind("copy pinned#", 0) == 0 &&
-          entry.what.find(size) != std::string::npos) {
-        return entry.time_ns;
-      }
-    }
-    return int64_t{-1};
+  auto reload_end = [&](int64_t size) {
+    return TraceTime(*sim_, SimPhase::kEnd, [&](const SimTraceEntry& entry) {
+      return is_reload(entry) && entry.bytes == size;
+    });
   };
   const int64_t first_back = reload_end(first_size);
   const int64_t second_back = reload_end(second_size);
-  const int64_t use_first = TraceTime(*sim_, "start", "kernel use first");
-  const int64_t use_second = TraceTime(*sim_, "start", "kernel use second");
+  const int64_t use_first =
+      TraceTime(*sim_, SimPhase::kStart, KernelNamed("use first"));
+  const int64_t use_second =
+      TraceTime(*sim_, SimPhase::kStart, KernelNamed("use second"));
   ASSERT_GE(first_back, 0);
   ASSERT_GE(second_back, 0);
   EXPECT_GE(use_first, first_back);
@@ -354,8 +360,9 @@ TEST_F(OffloaderTest, SpanCopyWaitsForTheReadyPointsOfAllItsTensors) {
   EXPECT_EQ(offloader->stats().spans_offloaded, 1);
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(2));
   sim_->RunUntilIdle();
-  EXPECT_GE(TraceTime(*sim_, "start", "-> pinned#", "compute"),
-            TraceTime(*sim_, "end", "kernel bottom"));
+  EXPECT_GE(TraceTime(*sim_, SimPhase::kStart,
+                      MovesInto(MemorySpace::kPinnedHost, "compute")),
+            TraceTime(*sim_, SimPhase::kEnd, KernelNamed("bottom")));
   ASSERT_NO_FATAL_FAILURE(BackwardAll(*offloader, saved));
 }
 
@@ -391,7 +398,8 @@ TEST_F(OffloaderTest, ReadyEventLetsTheCopyStartBeforeLaterCompute) {
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(2));
   sim_->RunUntilIdle();
-  const int64_t copy_start = TraceTime(*sim_, "start", "-> pinned#", "compute");
+  const int64_t copy_start = TraceTime(
+      *sim_, SimPhase::kStart, MovesInto(MemorySpace::kPinnedHost, "compute"));
   EXPECT_GE(copy_start, 1000);
   EXPECT_LT(copy_start, kLongCompute);
   ASSERT_NO_FATAL_FAILURE(BackwardAll(*offloader, saved));
@@ -513,7 +521,9 @@ TEST_F(OffloaderTest, SameCallsGiveAnIdenticalTrace) {
         for (const SavedTensor& handle : handles[layer]) {
           StatusOr<Tensor> t = offloader.Pop(handle);
           EXPECT_OK(t);
-          if (t.ok()) EXPECT_OK(Consume(*sim, {*t}, 11));
+          if (t.ok()) {
+            EXPECT_OK(Consume(*sim, {*t}, 11));
+          }
         }
         handles[layer].clear();
       }

@@ -236,8 +236,10 @@ TEST_F(OffloaderTest, SparseViewIsMadeContiguousOnTheComputeStream) {
   EXPECT_EQ(sim_->device_memory().live_bytes, 0);
   bool gathered_on_compute = false;
   for (const SimTraceEntry& entry : sim_->trace()) {
-    if (entry.phase != "start" || entry.what.rfind("gather", 0) != 0) continue;
-    EXPECT_EQ(entry.stream, "compute") << entry.ToString();
+    if (entry.phase != SimPhase::kStart || entry.kind != SimOpKind::kGather) {
+      continue;
+    }
+    EXPECT_EQ(entry.stream_name, "compute") << entry.ToString();
     gathered_on_compute = true;
   }
   EXPECT_TRUE(gathered_on_compute);

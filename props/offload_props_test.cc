@@ -141,8 +141,8 @@ RC_GTEST_PROP(OffloadProperties, CopiesRunBetweenForwardAndBackward, ()) {
   // Start and end of every stream operation.
   std::map<uint64_t, std::pair<int64_t, int64_t>> times;
   for (const SimTraceEntry& e : trace) {
-    if (e.phase == "start") times[e.op].first = e.time_ns;
-    if (e.phase == "end") times[e.op].second = e.time_ns;
+    if (e.phase == SimPhase::kStart) times[e.seq].first = e.time_ns;
+    if (e.phase == SimPhase::kEnd) times[e.seq].second = e.time_ns;
   }
   // The trace index of each phase of the last iteration, per layer.
   std::map<std::pair<WorkloadPhase, int>, size_t> at;
@@ -154,8 +154,9 @@ RC_GTEST_PROP(OffloadProperties, CopiesRunBetweenForwardAndBackward, ()) {
   }
   auto kernel = [&](const std::string& name) {
     for (size_t i = iteration_begin; i < trace.size(); ++i) {
-      if (trace[i].phase == "enqueue" && trace[i].what == "kernel " + name) {
-        return times[trace[i].op];
+      if (trace[i].phase == SimPhase::kEnqueue &&
+          trace[i].kind == SimOpKind::kKernel && trace[i].label == name) {
+        return times[trace[i].seq];
       }
     }
     return std::pair<int64_t, int64_t>{-1, -1};
@@ -164,9 +165,10 @@ RC_GTEST_PROP(OffloadProperties, CopiesRunBetweenForwardAndBackward, ()) {
   auto copies = [&](const std::string& stream, size_t begin, size_t end) {
     std::vector<std::pair<int64_t, int64_t>> out;
     for (size_t i = begin; i < end && i < trace.size(); ++i) {
-      if (trace[i].phase == "enqueue" && trace[i].stream == stream &&
-          trace[i].what.rfind("copy", 0) == 0) {
-        out.push_back(times[trace[i].op]);
+      if (trace[i].phase == SimPhase::kEnqueue &&
+          trace[i].stream_name == stream &&
+          trace[i].kind == SimOpKind::kCopy) {
+        out.push_back(times[trace[i].seq]);
       }
     }
     return out;

@@ -128,9 +128,9 @@ TEST_F(FaultInjectingBackendTest, DeviceAndCopyFailuresLeaveTheInnerUntouched) {
   sim_->RunUntilIdle();
   int copies = 0, gathers = 0;
   for (const SimTraceEntry& entry : sim_->trace()) {
-    if (entry.phase != "enqueue") continue;
-    copies += entry.what.rfind("copy", 0) == 0;
-    gathers += entry.what.rfind("gather", 0) == 0;
+    if (entry.phase != SimPhase::kEnqueue) continue;
+    copies += entry.kind == SimOpKind::kCopy;
+    gathers += entry.kind == SimOpKind::kGather;
   }
   EXPECT_EQ(copies, 1);
   EXPECT_EQ(gathers, 0);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -132,17 +133,33 @@ inline std::string Snapshot(const Offloader& offloader, const SimBackend& sim,
   return out;
 }
 
-// Time of the `phase` entry ("start", "end", "enqueue") of the first trace
-// operation whose description contains `what` on a stream other than
-// `except_stream`; -1 if none.
-inline int64_t TraceTime(const SimBackend& sim, const std::string& phase,
-                         const std::string& what,
-                         const std::string& except_stream = "") {
+// Selects trace entries (TraceTime, loops over SimBackend::trace()).
+using TraceMatch = std::function<bool(const SimTraceEntry&)>;
+
+// The kernel called `name`.
+inline TraceMatch KernelNamed(std::string name) {
+  return [name = std::move(name)](const SimTraceEntry& entry) {
+    return entry.kind == SimOpKind::kKernel && entry.label == name;
+  };
+}
+
+// A copy or gather that writes into `space` (into pinned memory: an
+// offload), on any stream but the one named `except_stream`.
+inline TraceMatch MovesInto(MemorySpace space,
+                            std::string except_stream = "") {
+  return [space, except_stream = std::move(except_stream)](
+             const SimTraceEntry& entry) {
+    return (entry.kind == SimOpKind::kCopy ||
+            entry.kind == SimOpKind::kGather) &&
+           entry.dst.space == space && entry.stream_name != except_stream;
+  };
+}
+
+// Time of the first trace entry in `phase` that `match` selects; -1 if none.
+inline int64_t TraceTime(const SimBackend& sim, SimPhase phase,
+                         const TraceMatch& match) {
   for (const SimTraceEntry& entry : sim.trace()) {
-    if (entry.phase == phase && entry.stream != except_stream &&
-        entry.what.find(what) != std::string::npos) {
-      return entry.time_ns;
-    }
+    if (entry.phase == phase && match(entry)) return entry.time_ns;
   }
   return -1;
 }

@@ -129,23 +129,6 @@ struct RunReport {
   std::vector<LayerTimeline> timeline;
 };
 
-// The block name ("device#12") an operation description starts with after
-// `prefix`, or "".
-std::string BlockAfter(const std::string& what, const std::string& prefix) {
-  if (what.rfind(prefix, 0) != 0) return "";
-  const size_t begin = prefix.size();
-  size_t end = what.find_first_of("+ ", begin);
-  if (end == std::string::npos) end = what.size();
-  return what.substr(begin, end - begin);
-}
-
-// The destination block of a copy description "copy A+x -> B+y N B".
-std::string CopyDestination(const std::string& what) {
-  const size_t arrow = what.find(" -> ");
-  if (arrow == std::string::npos) return "";
-  return BlockAfter(what.substr(arrow + 4), "");
-}
-
 // Attributes the trace of the last iteration to layers: kernels by name,
 // D2H copies by the layer whose forward allocated their source, H2D copies
 // by the layer whose D2H filled their source.
@@ -153,54 +136,61 @@ std::vector<LayerTimeline> BuildTimeline(const SimBackend& sim, int layers,
                                          const std::vector<size_t>& marks,
                                          size_t iteration_begin) {
   struct OpInfo {
-    std::string what;
+    SimTraceEntry enqueued;  // kind, blocks, bytes, label
     int64_t start = -1, end = -1;
   };
-  std::map<uint64_t, OpInfo> ops;
-  std::map<std::string, int> device_layer;  // device block -> layer
+  std::map<uint64_t, OpInfo> ops;          // by sequence number
+  std::map<uint64_t, int> device_layer;    // device block id -> layer
   const std::vector<SimTraceEntry>& trace = sim.trace();
   for (size_t t = iteration_begin; t < trace.size(); ++t) {
     const SimTraceEntry& entry = trace[t];
-    if (entry.op == 0) continue;
-    OpInfo& op = ops[entry.op];
-    if (entry.phase == "enqueue") {
-      op.what = entry.what;
-      const std::string block = BlockAfter(entry.what, "alloc ");
-      if (!block.empty()) {
-        // The layer whose forward window contains the allocation.
-        int layer = 0;
-        while (layer + 1 < layers && t >= marks[layer + 1]) ++layer;
-        device_layer.emplace(block, layer);
-      }
-    } else if (entry.phase == "start") {
-      op.start = entry.time_ns;
-    } else if (entry.phase == "end") {
-      op.end = entry.time_ns;
+    if (entry.seq == 0) continue;  // host entries
+    OpInfo& op = ops[entry.seq];
+    switch (entry.phase) {
+      case SimPhase::kEnqueue:
+        op.enqueued = entry;
+        if (entry.kind == SimOpKind::kAlloc) {
+          // The layer whose forward window contains the allocation.
+          int layer = 0;
+          while (layer + 1 < layers && t >= marks[layer + 1]) ++layer;
+          device_layer.emplace(entry.dst.block, layer);
+        }
+        break;
+      case SimPhase::kStart:
+        op.start = entry.time_ns;
+        break;
+      case SimPhase::kEnd:
+        op.end = entry.time_ns;
+        break;
+      case SimPhase::kHost:
+        break;
     }
   }
   std::vector<LayerTimeline> timeline(layers);
-  std::map<std::string, int> pinned_layer;  // pinned block -> layer
-  for (const auto& [seq, op] : ops) {  // enqueue order
+  std::map<uint64_t, int> pinned_layer;  // pinned block id -> layer
+  for (const auto& [seq, op] : ops) {    // enqueue order
     if (op.start < 0 || op.end < 0) continue;
-    for (int i = 0; i < layers; ++i) {
-      if (op.what == "kernel forward L" + std::to_string(i)) {
-        timeline[i].forward.Add(op.start, op.end);
-      }
-      if (op.what == "kernel backward L" + std::to_string(i)) {
-        timeline[i].backward.Add(op.start, op.end);
+    const SimTraceEntry& what = op.enqueued;
+    if (what.kind == SimOpKind::kKernel) {
+      for (int i = 0; i < layers; ++i) {
+        if (what.label == "forward L" + std::to_string(i)) {
+          timeline[i].forward.Add(op.start, op.end);
+        }
+        if (what.label == "backward L" + std::to_string(i)) {
+          timeline[i].backward.Add(op.start, op.end);
+        }
       }
     }
-    const std::string source = BlockAfter(op.what, "copy ");
-    const std::string destination = CopyDestination(op.what);
-    if (source.rfind("device#", 0) == 0 &&
-        destination.rfind("pinned#", 0) == 0) {
-      auto it = device_layer.find(source);
+    if (what.kind != SimOpKind::kCopy) continue;
+    if (what.src.space == MemorySpace::kDevice &&
+        what.dst.space == MemorySpace::kPinnedHost) {
+      auto it = device_layer.find(what.src.block);
       if (it == device_layer.end()) continue;
       timeline[it->second].d2h.Add(op.start, op.end);
-      pinned_layer[destination] = it->second;
-    } else if (source.rfind("pinned#", 0) == 0 &&
-               destination.rfind("device#", 0) == 0) {
-      auto it = pinned_layer.find(source);
+      pinned_layer[what.dst.block] = it->second;
+    } else if (what.src.space == MemorySpace::kPinnedHost &&
+               what.dst.space == MemorySpace::kDevice) {
+      auto it = pinned_layer.find(what.src.block);
       if (it != pinned_layer.end()) {
         timeline[it->second].h2d.Add(op.start, op.end);
       }

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "backends/sim/hazard_detector.h"
+#include "backends/sim/sim_trace.h"
 #include "backends/sim/vector_clock.h"
 #include "engine/backend.h"
 #include "engine/status.h"
@@ -97,19 +98,6 @@ struct SimMemoryStats {
   int64_t allocations = 0;    // number of allocations so far
 };
 
-// One line of the trace. `phase` is "enqueue", "start" or "end" for stream
-// operations, "host" for what the host does at once (pinned allocation and
-// immediate free, synchronization).
-struct SimTraceEntry {
-  int64_t time_ns = 0;
-  std::string phase;
-  uint64_t op = 0;      // sequence number; 0 for host entries
-  std::string stream;   // stream name or "host"
-  std::string what;     // e.g. "copy device#2+0 -> pinned#1+0 4096 B"
-
-  std::string ToString() const;
-};
-
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(const SimOptions& options);
@@ -146,8 +134,10 @@ class SimBackend final : public Backend {
   const std::vector<Hazard>& hazards() const { return detector_.hazards(); }
   SimMemoryStats device_memory() const { return stats_[0]; }
   SimMemoryStats pinned_memory() const { return stats_[1]; }
+  // Everything that happened so far, in order (see sim_trace.h); empty if
+  // SimOptions::record_trace is false.
   const std::vector<SimTraceEntry>& trace() const { return trace_; }
-  // The whole trace, one entry per line.
+  // The whole trace, one entry's ToString() per line.
   std::string TraceText() const;
   const SimOptions& options() const { return options_; }
 
@@ -168,6 +158,9 @@ class SimBackend final : public Backend {
 
   enum class Engine { kNone = -1, kD2H = 0, kH2D = 1 };
 
+  static constexpr uint8_t kPoisonByte = 0xCD;  // fresh device memory
+  static constexpr uint8_t kLostByte = 0xDE;    // bytes read from freed memory
+
   struct Block {
     uint64_t id = 0;
     MemorySpace space = MemorySpace::kDevice;
@@ -175,7 +168,8 @@ class SimBackend final : public Backend {
     int64_t size = 0;
     std::unique_ptr<uint8_t[]> bytes;  // null when freed or not stored
     bool freed = false;                // Free called (host order)
-    std::string Name() const;
+    std::string Name() const { return Ref(0).BlockName(); }
+    SimBlockRef Ref(int64_t offset) const { return {id, space, offset}; }
   };
 
   // Where an address points.
@@ -186,11 +180,12 @@ class SimBackend final : public Backend {
 
   struct Op {
     uint64_t seq = 0;
-    std::string kind;  // "copy", "kernel", "record", "wait", "alloc", "free"
-    std::string what;
+    // What the trace says about it: kind, blocks, bytes, label, peer stream
+    // (time, phase, sequence number and stream are filled in by Trace).
+    SimTraceEntry desc;
     int64_t duration_ns = 0;
     Engine engine = Engine::kNone;
-    int wait_stream = -1;      // "wait": stream and count it waits for
+    int wait_stream = -1;      // kWait: stream and count it waits for
     uint64_t wait_count = 0;
     std::function<void()> on_start;  // effects applied when it starts
     std::function<void()> on_end;    // effects applied at completion
@@ -200,6 +195,7 @@ class SimBackend final : public Backend {
 
   struct StreamState {
     std::unique_ptr<SimStream> handle;
+    std::string name;  // the handle's, for the trace
     std::deque<Op> queue;
     uint64_t enqueued = 0;   // operations enqueued so far
     uint64_t completed = 0;  // operations completed so far (FIFO prefix)
@@ -235,7 +231,8 @@ class SimBackend final : public Backend {
 
   // Stamps and enqueues `op` on `stream`; returns its epoch and clock.
   AccessOp Enqueue(int stream, Op op, VectorClock* clock);
-  AccessOp HostOp(const std::string& what);
+  // Traces `desc` as a host entry; returns its epoch on the host's clock.
+  AccessOp HostOp(SimTraceEntry desc);
 
   // The event loop.
   // Runs device work until `done()` holds or, if deadline_ns >= 0, until
@@ -260,7 +257,10 @@ class SimBackend final : public Backend {
     return space == MemorySpace::kDevice ? 0 : 1;
   }
 
-  void Trace(std::string phase, uint64_t op, int stream, std::string what);
+  // Appends `desc` to the trace as happening now, with the given phase,
+  // sequence number and stream (-1: the host).
+  void Trace(SimPhase phase, uint64_t seq, int stream,
+             const SimTraceEntry& desc);
 
   const SimOptions options_;
   int64_t now_ns_ = 0;

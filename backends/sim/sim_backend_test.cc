@@ -1,6 +1,8 @@
 #include "backends/sim/sim_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,16 +30,35 @@ int64_t TransferNs(int64_t bytes, int64_t gbps) {
   return (bytes + gbps - 1) / gbps;
 }
 
-// The virtual time of the trace entry `phase` of the first operation whose
-// description contains `what`; -1 if none.
-int64_t TimeOf(const SimBackend& sim, const std::string& phase,
-               const std::string& what) {
+// The virtual time of the first trace entry in `phase` that `match`
+// selects; -1 if none.
+int64_t TimeOf(const SimBackend& sim, SimPhase phase,
+               const std::function<bool(const SimTraceEntry&)>& match) {
   for (const SimTraceEntry& entry : sim.trace()) {
-    if (entry.phase == phase && entry.what.find(what) != std::string::npos) {
-      return entry.time_ns;
-    }
+    if (entry.phase == phase && match(entry)) return entry.time_ns;
   }
   return -1;
+}
+
+constexpr MemorySpace kDev = MemorySpace::kDevice;
+constexpr MemorySpace kPin = MemorySpace::kPinnedHost;
+
+// Selects the copy from the start of block `src` (in `src_space`) into block
+// `dst` (in `dst_space`).
+std::function<bool(const SimTraceEntry&)> CopyOf(MemorySpace src_space,
+                                                 uint64_t src,
+                                                 MemorySpace dst_space,
+                                                 uint64_t dst) {
+  return [=](const SimTraceEntry& entry) {
+    return entry.kind == SimOpKind::kCopy &&
+           entry.src == SimBlockRef{src, src_space, 0} &&
+           entry.dst.block == dst && entry.dst.space == dst_space;
+  };
+}
+
+// Selects every entry of the given kind.
+std::function<bool(const SimTraceEntry&)> KindIs(SimOpKind kind) {
+  return [kind](const SimTraceEntry& entry) { return entry.kind == kind; };
 }
 
 std::vector<HazardKind> Kinds(const std::vector<Hazard>& hazards) {
@@ -127,10 +148,10 @@ TEST_F(SimBackendTest, OppositeDirectionsRunConcurrentlyAtFullRate) {
   sim_->RunUntilIdle();
   int64_t one_copy = 2000 + TransferNs(8 * kMiB, 55);
   EXPECT_EQ(sim_->NowNs(), one_copy);
-  EXPECT_EQ(TimeOf(*sim_, "start", "device#1+0 -> pinned#3"), 0);
-  EXPECT_EQ(TimeOf(*sim_, "start", "pinned#4+0 -> device#2"), 0);
-  EXPECT_EQ(TimeOf(*sim_, "end", "device#1+0 -> pinned#3"), one_copy);
-  EXPECT_EQ(TimeOf(*sim_, "end", "pinned#4+0 -> device#2"), one_copy);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kDev, 1, kPin, 3)), 0);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kPin, 4, kDev, 2)), 0);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kEnd, CopyOf(kDev, 1, kPin, 3)), one_copy);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kEnd, CopyOf(kPin, 4, kDev, 2)), one_copy);
 }
 
 TEST_F(SimBackendTest, SameDirectionCopiesSerializeOnTheCopyEngine) {
@@ -143,7 +164,8 @@ TEST_F(SimBackendTest, SameDirectionCopiesSerializeOnTheCopyEngine) {
   ASSERT_OK(second.Copy(host_b.data(), device_b.data(), 4 * kMiB));
   sim_->RunUntilIdle();
   int64_t one_copy = 2000 + TransferNs(4 * kMiB, 55);
-  EXPECT_EQ(TimeOf(*sim_, "start", "device#2+0 -> pinned#4"), one_copy);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kDev, 2, kPin, 4)),
+            one_copy);
   EXPECT_EQ(sim_->NowNs(), 2 * one_copy);
 }
 
@@ -157,8 +179,8 @@ TEST_F(SimBackendTest, KernelsOverlapCopiesAndStreamsAreFifo) {
   // FIFO: this copy on the compute stream waits for the kernel before it.
   ASSERT_OK(sim_->ComputeStream().Copy(b.data(), a.data(), kMiB));
   sim_->RunUntilIdle();
-  EXPECT_EQ(TimeOf(*sim_, "start", "device#2+0 -> pinned#3"), 0);
-  EXPECT_EQ(TimeOf(*sim_, "start", "device#1+0 -> device#2"), 50'000);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kDev, 2, kPin, 3)), 0);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kDev, 1, kDev, 2)), 50'000);
   EXPECT_THAT(sim_->hazards(), SizeIs(1));  // b read and written, unordered
 }
 
@@ -177,7 +199,7 @@ TEST_F(SimBackendTest, WaitOrdersAcrossStreamsAndCapturesAtCallTime) {
   ASSERT_OK(sim_->ComputeStream().Record(*ready));
   ASSERT_OK(d2h.Copy(host.data(), a.data(), kMiB));
   sim_->RunUntilIdle();
-  EXPECT_EQ(TimeOf(*sim_, "start", "device#1+0 -> pinned#2"), 10'000);
+  EXPECT_EQ(TimeOf(*sim_, SimPhase::kStart, CopyOf(kDev, 1, kPin, 2)), 10'000);
   EXPECT_THAT(sim_->hazards(), IsEmpty());
   EXPECT_EQ(host.size(), kMiB);
   EXPECT_EQ(static_cast<uint8_t*>(host.data())[kMiB - 1], 0x22);
@@ -201,7 +223,7 @@ TEST_F(SimBackendTest, EventQueryReflectsDeviceTimeAndSynchronizeAdvancesIt) {
 }
 
 // Runs a small offload-like program; returns the trace.
-std::string RunProgram(const SimOptions& options) {
+std::vector<SimTraceEntry> RunProgram(const SimOptions& options) {
   std::unique_ptr<SimBackend> sim = NewSimBackend(options);
   Stream* d2h = *sim->NewStream("d2h");
   Stream* h2d = *sim->NewStream("h2d");
@@ -223,23 +245,33 @@ std::string RunProgram(const SimOptions& options) {
   device.clear();
   sim->RunUntilIdle();
   host.clear();
-  return sim->TraceText();
+  return sim->trace();
+}
+
+std::string Text(const std::vector<SimTraceEntry>& trace) {
+  std::string out;
+  for (const SimTraceEntry& entry : trace) out += entry.ToString() + "\n";
+  return out;
 }
 
 TEST(SimDeterminismTest, SameSeedSameTraceDifferentSeedDifferentTrace) {
   SimOptions options;
   options.duration_jitter = 0.2;
   options.seed = 7;
-  std::string first = RunProgram(options);
-  EXPECT_EQ(first, RunProgram(options));
+  std::vector<SimTraceEntry> first = RunProgram(options);
+  std::vector<SimTraceEntry> again = RunProgram(options);
+  EXPECT_EQ(Text(first), Text(again));  // the readable diff
+  EXPECT_TRUE(first == again);          // every field
   options.seed = 8;
-  EXPECT_NE(first, RunProgram(options));
+  EXPECT_NE(Text(first), Text(RunProgram(options)));
+  EXPECT_FALSE(first == RunProgram(options));
   // Without jitter the seed does not matter: durations are exact.
   options.duration_jitter = 0.0;
-  std::string exact = RunProgram(options);
+  std::vector<SimTraceEntry> exact = RunProgram(options);
   options.seed = 9;
-  EXPECT_EQ(exact, RunProgram(options));
-  EXPECT_THAT(exact, HasSubstr("t=40000 end"));
+  EXPECT_EQ(Text(exact), Text(RunProgram(options)));
+  EXPECT_TRUE(exact == RunProgram(options));
+  EXPECT_THAT(Text(exact), HasSubstr("t=40000 end"));
 }
 
 // ---------------------------------------------------------------- hazards
@@ -549,17 +581,100 @@ TEST_F(SimBackendTest, TraceRecordsEveryKindOfOperation) {
   ASSERT_OK(sim_->Free(device, d2h));
   sim_->RunUntilIdle();
   std::string text = sim_->TraceText();
-  for (const char* kind : {"alloc", "record", "wait", "copy", "free"}) {
-    for (const char* phase : {"enqueue", "start", "end"}) {
-      EXPECT_THAT(text, HasSubstr(std::string(phase) + " op=")) << phase;
-      EXPECT_NE(TimeOf(*sim_, phase, std::string(kind) + " "), -1)
-          << phase << " " << kind;
+  for (SimOpKind kind : {SimOpKind::kAlloc, SimOpKind::kRecord,
+                         SimOpKind::kWait, SimOpKind::kCopy,
+                         SimOpKind::kFree}) {
+    for (SimPhase phase : {SimPhase::kEnqueue, SimPhase::kStart,
+                           SimPhase::kEnd}) {
+      EXPECT_THAT(text, HasSubstr(std::string(SimPhaseName(phase)) + " op="))
+          << SimPhaseName(phase);
+      EXPECT_NE(TimeOf(*sim_, phase, KindIs(kind)), -1)
+          << SimPhaseName(phase) << " " << SimOpKindName(kind);
     }
   }
   EXPECT_THAT(text, HasSubstr("host] alloc pinned#2 1024 B"));
   EXPECT_THAT(text, HasSubstr("host] synchronize stream 'd2h'"));
   EXPECT_THAT(sim_->trace(),
-              Contains(Field(&SimTraceEntry::stream, "d2h")));
+              Contains(Field(&SimTraceEntry::stream_name, "d2h")));
+}
+
+// What a timeline drawn from the trace needs is in fields: per operation its
+// stream, interval (start and end share its sequence number), blocks and
+// bytes; per wait the stream it waits for; host entries apart.
+TEST_F(SimBackendTest, TraceEntriesCarryTypedFields) {
+  Stream& d2h = NewStream("d2h");
+  std::unique_ptr<Event> event = NewEvent();
+  Buffer device = Device(kKiB);  // device#1
+  Buffer host = Pinned(kKiB);    // pinned#2
+  ASSERT_OK(sim_->ComputeStream().Record(*event));
+  ASSERT_OK(d2h.Wait(*event));
+  ASSERT_OK(
+      d2h.Copy(static_cast<char*>(host.data()) + 256, device.data(), 512));
+  ASSERT_OK(event->Synchronize());
+  sim_->RunUntilIdle();
+  const std::vector<SimTraceEntry>& trace = sim_->trace();
+
+  std::vector<SimTraceEntry> copy, wait;
+  for (const SimTraceEntry& entry : trace) {
+    if (entry.kind == SimOpKind::kCopy) copy.push_back(entry);
+    if (entry.kind == SimOpKind::kWait) wait.push_back(entry);
+  }
+  ASSERT_THAT(copy, SizeIs(3));
+  EXPECT_EQ(copy[0].phase, SimPhase::kEnqueue);
+  EXPECT_EQ(copy[1].phase, SimPhase::kStart);
+  EXPECT_EQ(copy[2].phase, SimPhase::kEnd);
+  for (const SimTraceEntry& entry : copy) {
+    EXPECT_NE(entry.seq, 0u);
+    EXPECT_EQ(entry.seq, copy[0].seq);
+    EXPECT_EQ(entry.stream, 1);
+    EXPECT_EQ(entry.stream_name, "d2h");
+    EXPECT_EQ(entry.src, (SimBlockRef{1, kDev, 0}));
+    EXPECT_EQ(entry.dst, (SimBlockRef{2, kPin, 256}));
+    EXPECT_EQ(entry.bytes, 512);
+  }
+  EXPECT_EQ(copy[2].time_ns - copy[1].time_ns,
+            sim_->CopyDurationNs(kPin, kDev, 512));
+  EXPECT_EQ(copy[0].ToString(),
+            "t=0 enqueue op=" + std::to_string(copy[0].seq) +
+                " [d2h] copy device#1+0 -> pinned#2+256 512 B");
+
+  ASSERT_THAT(wait, SizeIs(3));
+  EXPECT_EQ(wait[0].label, "event#1");
+  EXPECT_EQ(wait[0].stream, 1);
+  EXPECT_EQ(wait[0].peer_stream, 0);
+  EXPECT_EQ(wait[0].peer_stream_name, "compute");
+
+  // The device allocation is a compute-stream operation; the pinned one a
+  // host entry.
+  EXPECT_EQ(trace[0].phase, SimPhase::kEnqueue);
+  EXPECT_EQ(trace[0].kind, SimOpKind::kAlloc);
+  EXPECT_EQ(trace[0].stream, 0);
+  EXPECT_EQ(trace[0].stream_name, "compute");
+  EXPECT_EQ(trace[0].dst, (SimBlockRef{1, kDev, 0}));
+  EXPECT_EQ(trace[0].bytes, kKiB);
+  EXPECT_EQ(trace[1].phase, SimPhase::kHost);
+  EXPECT_EQ(trace[1].kind, SimOpKind::kAlloc);
+  EXPECT_EQ(trace[1].seq, 0u);
+  EXPECT_EQ(trace[1].stream, -1);
+  EXPECT_EQ(trace[1].stream_name, "host");
+  EXPECT_EQ(trace[1].dst, (SimBlockRef{2, kPin, 0}));
+
+  std::vector<SimOpKind> host_kinds;
+  for (const SimTraceEntry& entry : trace) {
+    if (entry.phase == SimPhase::kHost) host_kinds.push_back(entry.kind);
+  }
+  EXPECT_THAT(host_kinds, ElementsAre(SimOpKind::kAlloc,
+                                      SimOpKind::kSynchronizeEvent,
+                                      SimOpKind::kSynchronizeDevice));
+  auto sync = std::find_if(trace.begin(), trace.end(), [](const auto& entry) {
+    return entry.kind == SimOpKind::kSynchronizeEvent;
+  });
+  ASSERT_NE(sync, trace.end());
+  EXPECT_EQ(sync->label, "event#1");
+  EXPECT_EQ(sync->peer_stream, 0);
+  EXPECT_EQ(sync->ToString(),
+            "t=" + std::to_string(sync->time_ns) +
+                " host [host] synchronize event#1");
 }
 
 // ---------------------------------------------------------------- gather
@@ -584,7 +699,7 @@ TEST_F(SimBackendTest, GatherIsOneKernelThatMovesTheViewsBytes) {
   EXPECT_EQ(sim_->NowNs() - start, 2000 + TransferNs(128, 100));
   int gathers = 0;
   for (size_t i = before; i < sim_->trace().size(); ++i) {
-    gathers += sim_->trace()[i].phase == "enqueue";
+    gathers += sim_->trace()[i].phase == SimPhase::kEnqueue;
   }
   EXPECT_EQ(gathers, 1);
   ASSERT_OK(stream.Copy(out.data(), dense.data(), 128));

@@ -1,0 +1,236 @@
+// SimBackend, part 2 of 3: blocks of simulated memory, allocation and free,
+// and the memory statistics that follow device time.
+
+#include "backends/sim/sim_backend.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+
+namespace offload {
+namespace {
+
+constexpr int64_t kDeviceAlignment = 256;
+
+std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
+
+}  // namespace
+
+SimBackend::Block& SimBackend::NewBlock(MemorySpace space, int64_t size) {
+  Block block;
+  block.id = next_block_id_++;
+  block.space = space;
+  block.size = size;
+  if (space == MemorySpace::kDevice) {
+    block.address = next_device_address_;
+    // A gap after every block: an off-by-one range never lands in the next.
+    next_device_address_ +=
+        (size + 2 * kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    if (options_.store_bytes) {
+      block.bytes.reset(new uint8_t[size]);
+      std::memset(block.bytes.get(), kPoisonByte, size);
+    }
+  } else {
+    // REQUIRES (checked by the caller): the allocation succeeded.
+    block.bytes.reset(new (std::nothrow) uint8_t[size]);
+    block.address = reinterpret_cast<uintptr_t>(block.bytes.get());
+    // The host may hand out the address of a freed pinned block again: forget
+    // stale records that overlap it.
+    auto it = blocks_.lower_bound(block.address);
+    if (it != blocks_.begin()) --it;
+    while (it != blocks_.end() && it->first < block.address + size) {
+      if (it->second.freed && it->second.bytes == nullptr &&
+          it->first + it->second.size > block.address) {
+        it = blocks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  uintptr_t address = block.address;
+  return blocks_.emplace(address, std::move(block)).first->second;
+}
+
+StatusOr<SimBackend::Location> SimBackend::Resolve(const void* data,
+                                                   int64_t bytes,
+                                                   std::string_view role) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(data);
+  auto it = blocks_.upper_bound(address);
+  if (it != blocks_.begin()) {
+    --it;
+    Block& block = it->second;
+    if (address - block.address + static_cast<uint64_t>(bytes) <=
+        static_cast<uint64_t>(block.size)) {
+      return Location{&block, static_cast<int64_t>(address - block.address)};
+    }
+  }
+  return InvalidArgumentError(std::string(role) + " range of " + Bytes(bytes) +
+                              " is not inside one allocation of this "
+                              "simulated backend");
+}
+
+SimBackend::Block* SimBackend::FindBlock(uintptr_t address, uint64_t id) {
+  auto it = blocks_.find(address);
+  return it != blocks_.end() && it->second.id == id ? &it->second : nullptr;
+}
+
+void SimBackend::AddLive(MemorySpace space, int64_t delta) {
+  SimMemoryStats& stats = stats_[SpaceIndex(space)];
+  stats.live_bytes += delta;
+  if (stats.live_bytes > stats.peak_bytes) {
+    stats.peak_bytes = stats.live_bytes;
+    stats.peak_time_ns = now_ns_;
+  }
+}
+
+StatusOr<Buffer> SimBackend::AllocateDevice(int64_t bytes, Stream& stream) {
+  int s = StreamIndex(stream);
+  if (s < 0) {
+    return InvalidArgumentError("AllocateDevice: stream '" +
+                                std::string(stream.name()) +
+                                "' belongs to another backend");
+  }
+  if (bytes <= 0) {
+    return InvalidArgumentError("AllocateDevice on stream '" +
+                                std::string(stream.name()) +
+                                "': byte count must be positive, got " +
+                                std::to_string(bytes));
+  }
+  // Memory whose free is still pending on this same stream is reusable: the
+  // allocation is ordered after that free.
+  int64_t available = options_.device_capacity_bytes - held_bytes_[0] +
+                      pending_free_[0][s];
+  if (bytes > available) {
+    return ResourceExhaustedError(
+        "AllocateDevice on stream '" + std::string(stream.name()) + "': " +
+        Bytes(bytes) + " requested, " + Bytes(available) + " of " +
+        Bytes(options_.device_capacity_bytes) +
+        " device memory available to this stream");
+  }
+  Block& block = NewBlock(MemorySpace::kDevice, bytes);
+  held_bytes_[0] += bytes;
+  ++stats_[0].allocations;
+  Op op;
+  op.desc.kind = SimOpKind::kAlloc;
+  op.desc.dst = block.Ref(0);
+  op.desc.bytes = bytes;
+  op.on_end = [this, bytes] { AddLive(MemorySpace::kDevice, bytes); };
+  AccessOp ref = Enqueue(s, std::move(op), nullptr);
+  detector_.OnAllocate(block.id, block.Name(), std::move(ref));
+  return MakeBuffer(reinterpret_cast<void*>(block.address), bytes,
+                    MemorySpace::kDevice, &stream);
+}
+
+StatusOr<Buffer> SimBackend::AllocatePinned(int64_t bytes) {
+  if (bytes <= 0) {
+    return InvalidArgumentError(
+        "AllocatePinned: byte count must be positive, got " +
+        std::to_string(bytes));
+  }
+  int64_t available = options_.pinned_capacity_bytes - held_bytes_[1];
+  if (bytes > available) {
+    return ResourceExhaustedError(
+        "AllocatePinned: " + Bytes(bytes) + " requested, " + Bytes(available) +
+        " of " + Bytes(options_.pinned_capacity_bytes) +
+        " pinned memory available");
+  }
+  // Probe the host allocation before touching any state.
+  std::unique_ptr<uint8_t[]> probe(new (std::nothrow) uint8_t[bytes]);
+  if (probe == nullptr) {
+    return ResourceExhaustedError("AllocatePinned: the host cannot provide " +
+                                  Bytes(bytes));
+  }
+  probe.reset();
+  Block& block = NewBlock(MemorySpace::kPinnedHost, bytes);
+  if (block.bytes == nullptr) {
+    blocks_.erase(block.address);
+    return ResourceExhaustedError("AllocatePinned: the host cannot provide " +
+                                  Bytes(bytes));
+  }
+  held_bytes_[1] += bytes;
+  ++stats_[1].allocations;
+  AddLive(MemorySpace::kPinnedHost, bytes);
+  SimTraceEntry desc;
+  desc.kind = SimOpKind::kAlloc;
+  desc.dst = block.Ref(0);
+  desc.bytes = bytes;
+  AccessOp ref = HostOp(std::move(desc));
+  detector_.OnAllocate(block.id, block.Name(), std::move(ref));
+  return MakeBuffer(block.bytes.get(), bytes, MemorySpace::kPinnedHost,
+                    nullptr);
+}
+
+Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
+                           Stream* stream) {
+  uintptr_t address = reinterpret_cast<uintptr_t>(data);
+  auto it = blocks_.find(address);
+  if (it == blocks_.end() || it->second.freed || it->second.size != size ||
+      it->second.space != space) {
+    return InvalidArgumentError("Free: " + Bytes(size) + " of " +
+                                std::string(MemorySpaceName(space)) +
+                                " memory is not a live allocation of this "
+                                "simulated backend");
+  }
+  Block& block = it->second;
+  int sp = SpaceIndex(space);
+  if (stream == nullptr) {
+    if (space == MemorySpace::kDevice) {
+      return InvalidArgumentError("Free of " + block.Name() +
+                                  ": device memory is freed on a stream");
+    }
+    block.freed = true;
+    SimTraceEntry desc;
+    desc.kind = SimOpKind::kFree;
+    desc.dst = block.Ref(0);
+    desc.bytes = size;
+    AccessOp ref = HostOp(std::move(desc));
+    detector_.OnFree(block.id, ref, host_clock_);
+    held_bytes_[sp] -= size;
+    AddLive(space, -size);
+    block.bytes.reset();
+    return OkStatus();
+  }
+  int s = StreamIndex(*stream);
+  if (s < 0) {
+    return InvalidArgumentError("Free of " + block.Name() + ": stream '" +
+                                std::string(stream->name()) +
+                                "' belongs to another backend");
+  }
+  block.freed = true;
+  pending_free_[sp][s] += size;
+  Op op;
+  op.desc.kind = SimOpKind::kFree;
+  op.desc.dst = block.Ref(0);
+  op.desc.bytes = size;
+  uint64_t id = block.id;
+  op.on_end = [this, address, id, size, space, sp, s] {
+    pending_free_[sp][s] -= size;
+    held_bytes_[sp] -= size;
+    AddLive(space, -size);
+    if (Block* gone = FindBlock(address, id)) gone->bytes.reset();
+  };
+  VectorClock clock;
+  AccessOp ref = Enqueue(s, std::move(op), &clock);
+  detector_.OnFree(id, ref, clock);
+  return OkStatus();
+}
+
+StatusOr<uint8_t*> SimBackend::MutableBytes(const void* data, int64_t bytes) {
+  if (bytes < 0) return InvalidArgumentError("MutableBytes: negative size");
+  OFFLOAD_ASSIGN_OR_RETURN(Location at, Resolve(data, bytes, "MutableBytes"));
+  // The bytes exist until the free reaches its stream (device time).
+  if (at.block->bytes == nullptr && at.block->freed) {
+    return InvalidArgumentError("MutableBytes: " + at.block->Name() +
+                                " has been freed");
+  }
+  if (at.block->bytes == nullptr) {
+    return FailedPreconditionError("MutableBytes: " + at.block->Name() +
+                                   " holds no bytes (store_bytes is false)");
+  }
+  return at.block->bytes.get() + at.offset;
+}
+
+}  // namespace offload
