@@ -215,14 +215,18 @@ TEST_F(SimOffloadTest, NoCallOfAStepBlocksTheHost) {
         t.storage = std::make_shared<Storage>(std::move(buffer));
         ASSERT_OK_AND_ASSIGN(SavedTensor h, offloader->Push(t));
         handles.push_back(std::move(h));
-        if (manual && layer < 2) ASSERT_OK(offloader->StartOffload(layer));
+        if (manual && layer < 2) {
+          ASSERT_OK(offloader->StartOffload(layer));
+        }
         if (manual && layer >= 2) {
           ASSERT_OK(offloader->ReleaseForwardMemory(layer - 2));
         }
       }
       for (int layer = 3; layer >= 0; --layer) {
         ASSERT_OK(offloader->BackwardStep(layer));
-        if (manual && layer >= 2) ASSERT_OK(offloader->StartReload(layer - 2));
+        if (manual && layer >= 2) {
+          ASSERT_OK(offloader->StartReload(layer - 2));
+        }
         ASSERT_OK(offloader->Pop(handles[layer]).status());
       }
       handles.clear();
@@ -337,7 +341,9 @@ TEST_P(OrderingFaultTest, EveryFaultPositionEndsWithoutHazardOrLeak) {
       }
       const bool completed = RunFaultyScenario(backend, retain);
       // A single fault is always got past by a retry.
-      if (count == 1) EXPECT_TRUE(completed);
+      if (count == 1) {
+        EXPECT_TRUE(completed);
+      }
       any_injected = any_injected || backend.injected() > 0;
       sim->RunUntilIdle();
       for (const Hazard& hazard : sim->hazards()) {

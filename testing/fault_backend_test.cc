@@ -86,11 +86,11 @@ class CountingBackend final : public BackendWrapper {
 class FaultInjectingBackendTest : public ::testing::Test {
  protected:
   // Counts the enqueued records and waits the simulator saw.
-  int Enqueued(std::string_view kind) {
+  int Enqueued(SimOpKind kind) {
     sim_->RunUntilIdle();
     int n = 0;
     for (const SimTraceEntry& entry : sim_->trace()) {
-      n += entry.phase == "enqueue" && entry.what.rfind(kind, 0) == 0;
+      n += entry.phase == SimPhase::kEnqueue && entry.kind == kind;
     }
     return n;
   }
@@ -184,8 +184,8 @@ TEST_F(FaultInjectingBackendTest, RecordAndWaitFailuresEnqueueNothing) {
   EXPECT_EQ(fault_.injected(), 2);
   EXPECT_EQ(counting_.records, 2);
   EXPECT_EQ(counting_.waits, 1);
-  EXPECT_EQ(Enqueued("record"), 2);
-  EXPECT_EQ(Enqueued("wait"), 1);
+  EXPECT_EQ(Enqueued(SimOpKind::kRecord), 2);
+  EXPECT_EQ(Enqueued(SimOpKind::kWait), 1);
 }
 
 TEST_F(FaultInjectingBackendTest, ForeignEventsAreRejectedNotInjected) {
