@@ -213,6 +213,12 @@ class Backend {
   //   or `stream` is foreign.
   Status Free(Buffer& buffer, Stream& stream);
 
+  // Whether `stream` (or `event`) was created by this backend: callers check
+  // what users hand them before using it (a foreign event is an error at
+  // Stream::Wait; the engine reports it at Push instead).
+  bool Owns(const Stream& stream) const { return OwnsStream(stream); }
+  bool Owns(const Event& event) const { return OwnsEvent(event); }
+
  protected:
   // For implementations: wraps memory this backend allocated into a handle.
   Buffer MakeBuffer(void* data, int64_t size, MemorySpace space,
@@ -229,6 +235,10 @@ class Backend {
 
   // Whether `stream` was created by this backend (checked by Free).
   virtual bool OwnsStream(const Stream& stream) const = 0;
+  // Whether `event` was created by this backend. The default, for backends
+  // that cannot tell, accepts every event (a foreign one then fails at
+  // Stream::Record or Stream::Wait).
+  virtual bool OwnsEvent(const Event& /*event*/) const { return true; }
 
  private:
   friend class Buffer;

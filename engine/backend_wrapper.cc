@@ -91,6 +91,10 @@ Event* BackendWrapper::TargetEvent(const Event& event) const {
   return wrapped->target();
 }
 
+bool BackendWrapper::OwnsEvent(const Event& event) const {
+  return TargetEvent(event) != nullptr;
+}
+
 bool BackendWrapper::OwnsStream(const Stream& stream) const {
   return TargetStream(stream) != nullptr;
 }

@@ -107,6 +107,7 @@ class BackendWrapper : public Backend {
   Status Release(void* data, int64_t size, MemorySpace space,
                  Stream* stream) override;
   bool OwnsStream(const Stream& stream) const override;
+  bool OwnsEvent(const Event& event) const override;
 
  private:
   class WrappedStream;

@@ -42,11 +42,10 @@ class Offloader::Impl {
               CoreOptions{options.min_span_coverage, options.skip_sparse_views,
                           options.warnings_to_stderr}) {
     const int n = options_.model_layers;
-    for (int layer = 0; layer < n; ++layer) {
-      groups_.push_back(std::make_unique<OffloadGroup>(
-          core_, GroupKey::Layer(layer), /*pinned_tag=*/layer));
-    }
-    backward_begun_.assign(n, false);
+    // Groups are made when a layer first pushes into one (a disabled or
+    // mostly kept-on-device stack costs nothing per layer).
+    groups_.resize(options_.enabled ? n : 0);
+    backward_begun_.assign(options_.enabled ? n : 0, false);
     for (const auto& [layer, entry] : schedule_) {
       release_at_[ScheduleStep(n, entry.offload_fwd, entry.offload_num)]
           .push_back(layer);
@@ -74,11 +73,14 @@ class Offloader::Impl {
     if (layer < 0 || layer >= options_.model_layers) {
       return GroupState::kNotOffloaded;
     }
-    return groups_[layer]->state();
+    const OffloadGroup* group = FindGroup(layer);
+    return group != nullptr ? group->state() : GroupState::kNotOffloaded;
   }
   int64_t OffloadedBytes() const {
     int64_t total = core_.pinned().bytes();
-    for (const auto& group : groups_) total += group->host_bytes();
+    for (const auto& group : groups_) {
+      if (group != nullptr) total += group->host_bytes();
+    }
     return total;
   }
   const ScheduleTable& schedule() const { return schedule_; }
@@ -95,6 +97,23 @@ class Offloader::Impl {
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
   StatusOr<SavedTensor> PushOne(const Tensor& tensor, int layer);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  const OffloadGroup* FindGroup(int layer) const {
+    if (layer < 0 || layer >= static_cast<int>(groups_.size())) return nullptr;
+    return groups_[layer].get();
+  }
+  // The layer's group, made on first use. REQUIRES: 0 <= layer < n, enabled.
+  OffloadGroup& Group(int layer) {
+    std::unique_ptr<OffloadGroup>& group = groups_[layer];
+    if (group == nullptr) {
+      group = std::make_unique<OffloadGroup>(core_, GroupKey::Layer(layer),
+                                             /*pinned_tag=*/layer);
+    }
+    return *group;
+  }
+  // Checks a tensor Push would hand to a group: well-formed, and its memory
+  // and ready event belong to this backend (a foreign storage would be read
+  // through another backend's address space: silent corruption).
+  Status CheckOffloadable(const Tensor& tensor, const std::string& where) const;
   SavedTensor Kept(const Tensor& tensor, int layer) const {
     return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
   }
@@ -121,7 +140,7 @@ class Offloader::Impl {
 // an offloaded layer starts its offload now. Idempotent.
 Status Offloader::Impl::CloseForward() {
   if (open_layer_ < 0) return OkStatus();
-  OffloadGroup& group = *groups_[open_layer_];
+  OffloadGroup& group = Group(open_layer_);
   if (!options_.manual_synchronization && WillOffload(open_layer_) &&
       group.state() == GroupState::kNotOffloaded) {
     OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
@@ -136,7 +155,7 @@ Status Offloader::Impl::CloseForward() {
 Status Offloader::Impl::RunStep(int step) {
   if (auto it = release_at_.find(step); it != release_at_.end()) {
     for (int layer : it->second) {
-      OffloadGroup& group = *groups_[layer];
+      OffloadGroup& group = Group(layer);
       if (group.state() == GroupState::kOffloadStarted) {
         OFFLOAD_RETURN_IF_ERROR(group.ReleaseForwardMemory());
       }
@@ -144,7 +163,7 @@ Status Offloader::Impl::RunStep(int step) {
   }
   if (auto it = reload_at_.find(step); it != reload_at_.end()) {
     for (int layer : it->second) {
-      OffloadGroup& group = *groups_[layer];
+      OffloadGroup& group = Group(layer);
       if (group.state() == GroupState::kOffloadFinished) {
         OFFLOAD_RETURN_IF_ERROR(group.StartReload());
       }
@@ -198,7 +217,7 @@ Status Offloader::Impl::BackwardStep(int layer) {
   // The previous backward layer is done: drop its memory. Once released it
   // stays so, even if an ordering call failed (its memory is then kept).
   if (last_backward_ >= 0) {
-    OffloadGroup& previous = *groups_[last_backward_];
+    OffloadGroup& previous = Group(last_backward_);
     if (previous.state() != GroupState::kReleased) {
       OFFLOAD_RETURN_IF_ERROR(
           previous.ReleaseAll(options_.retain_pinned_buffers)
@@ -227,6 +246,7 @@ Status Offloader::Impl::FinishBackward() {
   Status first = OkStatus();
   open_layer_ = -1;
   for (auto& group : groups_) {
+    if (group == nullptr) continue;
     if (group->state() != GroupState::kReleased) {
       Merge(first, group->ReleaseAll(options_.retain_pinned_buffers));
     }
@@ -258,7 +278,7 @@ StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
     ++core_.stats().tensors_kept;
     return Kept(tensor, layer);
   }
-  OffloadGroup& group = *groups_[layer];
+  OffloadGroup& group = Group(layer);
   std::shared_ptr<Event> ready = tensor.ready;
   const bool from_push = ready == nullptr;
   if (from_push) {
@@ -278,8 +298,26 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
   // SPEC §4.4: no processing at all for layers that are not offloaded.
   if (!WillOffload(layer)) return Kept(tensor, layer);
   OFFLOAD_RETURN_IF_ERROR(
-      ValidateTensor(tensor).WithContext("Push in " + LayerName(layer)));
+      CheckOffloadable(tensor, "Push in " + LayerName(layer)));
   return PushOne(tensor, layer);
+}
+
+Status Offloader::Impl::CheckOffloadable(const Tensor& tensor,
+                                         const std::string& where) const {
+  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor).WithContext(where));
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    return OkStatus();  // handed back untouched
+  }
+  if (tensor.storage->backend() != &core_.backend()) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its storage belongs to another backend");
+  }
+  if (tensor.ready != nullptr && !core_.backend().Owns(*tensor.ready)) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its ready event belongs to another "
+                                "backend");
+  }
+  return OkStatus();
 }
 
 StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
@@ -294,13 +332,16 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
   if (offloaded) {
     for (size_t i = 0; i < tensor.components.size(); ++i) {
       if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(ValidateTensor(*tensor.components[i])
-                                  .WithContext("Push in " + LayerName(layer) +
-                                               " of composite '" + tensor.name +
-                                               "' component " +
-                                               std::to_string(i)));
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+          *tensor.components[i], "Push in " + LayerName(layer) +
+                                     " of composite '" + tensor.name +
+                                     "' component " + std::to_string(i)));
     }
   }
+  // All or nothing: a component that fails to push (its ready point could
+  // not be recorded) takes the earlier ones out of the group again.
+  const int group_size = offloaded ? Group(layer).size() : 0;
+  const OffloaderStats stats_before = core_.stats();
   SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
   for (const std::optional<Tensor>& component : tensor.components) {
     if (!component.has_value()) {
@@ -308,8 +349,14 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
     } else if (!offloaded) {
       composite.components.emplace_back(Kept(*component, layer));
     } else {
-      OFFLOAD_ASSIGN_OR_RETURN(SavedTensor part, PushOne(*component, layer));
-      composite.components.emplace_back(std::move(part));
+      StatusOr<SavedTensor> part = PushOne(*component, layer);
+      if (!part.ok()) {
+        Group(layer).Truncate(group_size);
+        core_.stats() = stats_before;
+        return part.status().WithContext("Push of composite '" + tensor.name +
+                                         "' (no component was pushed)");
+      }
+      composite.components.emplace_back(std::move(part).value());
     }
   }
   return SavedTensor(owner_, iteration_, layer, std::move(composite));
@@ -342,6 +389,10 @@ StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
     return InvalidArgumentError("Pop: a malformed SavedTensor (no group " +
                                 std::string(entry ? std::to_string(entry->group)
                                                   : "entry") + ")");
+  }
+  if (groups_[entry->group] == nullptr) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (" +
+                                LayerName(entry->group) + " has no group)");
   }
   return groups_[entry->group]->Pop(entry->index);
 }
@@ -393,8 +444,12 @@ Status Offloader::Impl::Manual(const char* call, int layer) {
     return FailedPreconditionError(where + ": its forward has not begun in " +
                                    Iteration());
   }
-  OffloadGroup& group = *groups_[layer];
+  OffloadGroup& group = Group(layer);
   const std::string name = call;
+  if (name == "StartOffload" && backward_begun_[layer]) {
+    return FailedPreconditionError(where + ": its backward already began in " +
+                                   Iteration());
+  }
   if (name == "StartOffload") {
     OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
     if (open_layer_ == layer) open_layer_ = -1;  // closed
@@ -422,6 +477,15 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
   if (options.model_layers < 1) {
     return invalid("model_layers must be at least 1, got " +
                    std::to_string(options.model_layers));
+  }
+  if (options.model_layers > kMaxModelLayers) {
+    return invalid("model_layers must be at most " +
+                   std::to_string(kMaxModelLayers) + ", got " +
+                   std::to_string(options.model_layers));
+  }
+  if (options.offload_stream != nullptr &&
+      !backend.Owns(*options.offload_stream)) {
+    return invalid("offload_stream belongs to another backend");
   }
   if (options.min_offload_elements < 0) {
     return invalid("min_offload_elements must not be negative");

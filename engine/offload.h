@@ -45,7 +45,9 @@ namespace offload {
 
 class Offloader {
  public:
-  // Errors: kInvalidArgument for inconsistent options: model_layers < 1,
+  // Errors: kInvalidArgument for inconsistent options: model_layers outside
+  //   [1, kMaxModelLayers] (schedule.h), an offload_stream of another
+  //   backend,
   //   offloaded_layers outside [0, model_layers - 1] (with default
   //   scheduling), an invalid schedule table, offload_stream without manual
   //   synchronization, min_offload_elements < 0, min_span_coverage outside
@@ -61,7 +63,11 @@ class Offloader {
   // its offload), releases layers whose offload must finish now, and returns
   // the id of the layer starting (0, 1, ... n-1 in each iteration).
   // Errors: kFailedPrecondition after all n forwards of the iteration (call
-  //   BackwardStep / FinishBackward first).
+  //   BackwardStep / FinishBackward first); what a release due now returns
+  //   (an ordering Wait that failed). Then the previous layer's forward is
+  //   already closed (its offload started, or it is kept on device) and no
+  //   layer is open; calling ForwardStep again does what is left and
+  //   returns the same layer id.
   StatusOr<int> ForwardStep();
 
   // Before the backward of `layer`: releases the previous backward layer's
@@ -80,8 +86,11 @@ class Offloader {
 
   // The saved-tensor pack hook. Tensors that are never offloaded (SPEC §1.2)
   // and all tensors of layers that will not be offloaded come back from Pop
-  // unchanged. Errors: kFailedPrecondition if no layer's forward is open;
-  // kInvalidArgument for a malformed tensor.
+  // unchanged. A composite is pushed whole or not at all.
+  // Errors: kFailedPrecondition if no layer's forward is open;
+  //   kInvalidArgument for a malformed tensor (tensor.h's ValidateTensor)
+  //   or, for a tensor the group would copy, a storage or ready event of
+  //   another backend; what recording its ready point returns.
   StatusOr<SavedTensor> Push(const Tensor& tensor);
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
 
@@ -103,7 +112,8 @@ class Offloader {
   // to have begun in this iteration and its group in the state before the
   // call; errors name the layer and its state. StartOffload of the layer
   // whose forward is open closes it, as TE's manual example does: pushes
-  // before the next ForwardStep then fail.
+  // before the next ForwardStep then fail. StartOffload of a layer whose
+  // backward began is kFailedPrecondition.
   Status StartOffload(int layer);
   Status ReleaseForwardMemory(int layer);
   Status StartReload(int layer);

@@ -9,6 +9,11 @@ int ScheduleStep(int layers, bool forward, int count) {
 }
 
 StatusOr<ScheduleTable> DefaultSchedule(int layers, int offloaded) {
+  if (layers > kMaxModelLayers) {
+    return InvalidArgumentError("default schedule: " + std::to_string(layers) +
+                                " layers; at most " +
+                                std::to_string(kMaxModelLayers));
+  }
   if (offloaded < 0 || offloaded > layers - 1) {
     return InvalidArgumentError(
         "default schedule: " + std::to_string(offloaded) +
@@ -27,6 +32,11 @@ StatusOr<ScheduleTable> DefaultSchedule(int layers, int offloaded) {
 }
 
 Status ValidateSchedule(const ScheduleTable& table, int layers) {
+  if (layers < 1 || layers > kMaxModelLayers) {
+    return InvalidArgumentError("schedule table for " + std::to_string(layers) +
+                                " layers: a model has 1 to " +
+                                std::to_string(kMaxModelLayers) + " layers");
+  }
   for (const auto& [layer, entry] : table) {
     std::string where = "schedule table, layer " + std::to_string(layer) + ": ";
     if (layer < 0 || layer >= layers) {

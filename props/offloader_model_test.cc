@@ -252,6 +252,10 @@ struct Manual : Command {
     if (layer >= m.forward_count || m.states[layer] != kFrom) {
       return StatusCode::kFailedPrecondition;
     }
+    // A layer whose backward began cannot start an offload any more.
+    if (kWhich == 0 && m.backward_begun[layer]) {
+      return StatusCode::kFailedPrecondition;
+    }
     return std::nullopt;
   }
   void apply(Model& m) const override {

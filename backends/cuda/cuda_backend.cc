@@ -345,6 +345,11 @@ const CudaBackend::CudaStream* CudaBackend::Own(const Stream& stream) const {
   return cuda_stream;
 }
 
+bool CudaBackend::OwnsEvent(const Event& event) const {
+  const auto* cuda_event = dynamic_cast<const CudaEvent*>(&event);
+  return cuda_event != nullptr && cuda_event->owner_ == this;
+}
+
 bool CudaBackend::OwnsStream(const Stream& stream) const {
   return Own(stream) != nullptr;
 }

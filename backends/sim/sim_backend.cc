@@ -130,6 +130,11 @@ StatusOr<std::unique_ptr<Event>> SimBackend::NewEvent() {
       std::make_unique<SimEvent>(this, next_event_id_++));
 }
 
+bool SimBackend::OwnsEvent(const Event& event) const {
+  const auto* sim_event = dynamic_cast<const SimEvent*>(&event);
+  return sim_event != nullptr && sim_event->sim_ == this;
+}
+
 bool SimBackend::OwnsStream(const Stream& stream) const {
   return StreamIndex(stream) >= 0;
 }

@@ -18,7 +18,8 @@ OffloadCore::~OffloadCore() {
   Status retried = RetryKept();
   for (Kept& kept : kept_) {
     // No event orders the compute stream after the user: wait on the host.
-    Status drained = kept.user->Synchronize();
+    Status drained = kept.producer != nullptr ? kept.producer->Synchronize()
+                                              : kept.user->Synchronize();
     if (drained.ok() && kept.storage.use_count() == 1 &&
         !kept.storage->memory().HeldOutside()) {
       drained = kept.storage->memory().ReleaseAfter(compute_);
@@ -56,7 +57,22 @@ void OffloadCore::Keep(std::shared_ptr<Storage> storage, Stream& user,
        " B of device memory are kept, not freed, because their free could "
        "not be ordered after the copies on '" + std::string(user.name()) +
        "' (" + why.ToString() + ")");
-  kept_.push_back(Kept{std::move(storage), &user});
+  kept_.push_back(Kept{std::move(storage), &user, nullptr});
+}
+
+void OffloadCore::KeepUntil(std::shared_ptr<Storage> storage,
+                            std::shared_ptr<Event> producer,
+                            const std::string& what, const Status& why) {
+  Warn(what + ": " + std::to_string(storage->size_bytes()) +
+       " B of device memory are kept, not freed, because the compute "
+       "stream could not be ordered after their producer's ready event (" +
+       why.ToString() + ")");
+  kept_.push_back(Kept{std::move(storage), nullptr, std::move(producer)});
+}
+
+Status OffloadCore::OrderKept(const Kept& kept) {
+  if (kept.producer != nullptr) return compute_.Wait(*kept.producer);
+  return ComputeWaitsFor(*kept.user, *retry_point_);
 }
 
 Status OffloadCore::RetryKept() {
@@ -67,7 +83,7 @@ Status OffloadCore::RetryKept() {
   Status first = OkStatus();
   std::vector<Kept> still;
   for (Kept& kept : kept_) {
-    Status status = ComputeWaitsFor(*kept.user, *retry_point_);
+    Status status = OrderKept(kept);
     // Ordered now: free it if the core holds the last reference; otherwise
     // its last holder's free is ordered too.
     if (status.ok() && kept.storage.use_count() == 1 &&

@@ -80,6 +80,11 @@ class OffloadCore {
   // and the destructor free it once ordered.
   void Keep(std::shared_ptr<Storage> storage, Stream& user,
             const std::string& what, const Status& why);
+  // The same for memory whose producer's ready point `producer` (an event
+  // of another stream) the compute stream could not be made to wait for.
+  void KeepUntil(std::shared_ptr<Storage> storage,
+                 std::shared_ptr<Event> producer, const std::string& what,
+                 const Status& why);
 
   // Frees what Keep holds, where the compute stream can now be ordered
   // after its user. Errors: the first ordering call that failed again (the
@@ -92,8 +97,11 @@ class OffloadCore {
  private:
   struct Kept {
     std::shared_ptr<Storage> storage;
-    Stream* user = nullptr;
+    Stream* user = nullptr;                 // order after this stream, or
+    std::shared_ptr<Event> producer;        // after this event
   };
+  // Orders the compute stream after what `kept` waits for.
+  Status OrderKept(const Kept& kept);
 
   Backend& backend_;
   Stream& compute_;

@@ -136,15 +136,22 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
   if (!options.skip_sparse_views) {
     for (int index : plan.sparse) sizes.push_back(views[index]->nbytes());
   }
-  if (retain_pinned && !retained_sizes_.empty() && retained_sizes_ != sizes) {
+  if (retain_pinned && !sizes.empty() && !retained_sizes_.empty() &&
+      retained_sizes_ != sizes) {
+    // The saved tensors changed shape: the retained buffers no longer fit.
+    // Re-plan rather than refuse (which would leave the layer stuck): the
+    // old buffers go back, ordered after their last copy, and new ones are
+    // taken below.
     std::string was, now;
     for (int64_t size : retained_sizes_) was += " " + std::to_string(size);
     for (int64_t size : sizes) now += " " + std::to_string(size);
-    return FailedPreconditionError(
-        "StartOffload of " + Where() + ": retain_pinned_buffers keeps the "
-        "pinned buffers of the first iteration, so the saved tensors' "
-        "shapes must not change; span bytes were [" + was + " ], now [" +
-        now + " ]");
+    Status cleared = core_.pinned().Clear(pinned_tag_);
+    core_.Warn(Where() + ": retain_pinned_buffers kept the pinned buffers "
+               "of an earlier iteration, but the saved tensors' shapes "
+               "changed (span bytes were [" + was + " ], now [" + now +
+               " ]); new pinned buffers are allocated" +
+               (cleared.ok() ? "" : " (" + cleared.ToString() + ")"));
+    retained_sizes_.clear();
   }
 
   // Pinned buffers first: without them the group stays on device. The D2H
@@ -461,8 +468,44 @@ Status OffloadGroup::ReleaseHost(bool retain_pinned) {
   return status;
 }
 
-Status OffloadGroup::ReleaseAll(bool retain_pinned) {
+void OffloadGroup::Truncate(int size) {
+  if (size >= 0 && size < static_cast<int>(entries_.size())) {
+    entries_.resize(size);
+  }
+}
+
+Status OffloadGroup::OrderAfterProducers() {
+  // Entries that no copy ordered: never offloaded, kept on device, or left
+  // on device (skipped sparse views). Their producer may have run on
+  // another stream; once the group drops them, their last holder frees them
+  // on its stream, so the compute stream first waits for their ready point.
+  // (Push events were recorded on the compute stream: already ordered.)
+  const bool none_copied = state_ == GroupState::kNotOffloaded ||
+                           state_ == GroupState::kKeptOnDevice;
   Status first = OkStatus();
+  std::vector<Event*> waited;
+  for (Entry& entry : entries_) {
+    if (entry.tensor.storage == nullptr || entry.ready == nullptr ||
+        entry.push_order >= 0 || (!none_copied && entry.span >= 0)) {
+      continue;
+    }
+    if (std::find(waited.begin(), waited.end(), entry.ready.get()) !=
+        waited.end()) {
+      continue;
+    }
+    Status status = core_.compute().Wait(*entry.ready);
+    if (status.ok()) {
+      waited.push_back(entry.ready.get());
+      continue;
+    }
+    Merge(first, status);
+    core_.KeepUntil(entry.tensor.storage, entry.ready, Where(), status);
+  }
+  return first;
+}
+
+Status OffloadGroup::ReleaseAll(bool retain_pinned) {
+  Status first = OrderAfterProducers();
   // Copies may still read the device storages.
   if (state_ == GroupState::kOffloadStarted) {
     Status ordered = offload_done_ != nullptr

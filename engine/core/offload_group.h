@@ -61,8 +61,9 @@ class OffloadGroup {
   // D2H copy after the ready points of all its tensors, then records the
   // group's finish event. If pinned memory cannot be had or a copy cannot
   // be enqueued, the group is kept on device (a warning).
-  // Errors: kFailedPrecondition in another state, or when `retain_pinned`
-  //   and the retained buffers do not fit this iteration's spans.
+  // When `retain_pinned` and this iteration's spans do not fit the retained
+  // buffers, those are freed and new ones taken (a warning).
+  // Errors: kFailedPrecondition in another state.
   Status StartOffload(bool retain_pinned);
 
   // The compute stream waits for the finish event; the group drops its
@@ -88,10 +89,15 @@ class OffloadGroup {
 
   // Drops every device reference and pinned buffer (pooling the pinned
   // buffers under the group's tag when `retain_pinned`), each freed ordered
-  // after the work that uses it. The group ends released even on error.
+  // after the work that uses it — and storages no copy read after their
+  // producer's ready event. The group ends released even on error.
   // Errors: an ordering call failed; the memory it ordered is kept by the
   //   core (warned), never freed unordered.
   Status ReleaseAll(bool retain_pinned);
+
+  // Removes the entries from `size` on (a push that failed half-way).
+  // REQUIRES: state() == kNotOffloaded.
+  void Truncate(int size);
 
   // Readies the group for the next iteration. REQUIRES: released or never
   // offloaded.
@@ -135,6 +141,9 @@ class OffloadGroup {
   // copy that reads them, or `ordered` is false: then they are kept by the
   // core instead of freed.
   Status DropDeviceStorages(bool ordered, const Status& why);
+  // Makes the compute stream wait for the ready point of every entry no copy
+  // ordered (see ReleaseAll); keeps those it cannot order.
+  Status OrderAfterProducers();
   // Frees (or pools) the pinned buffers after the last copy using them.
   Status ReleaseHost(bool retain_pinned);
 

@@ -94,6 +94,21 @@ Status PinnedPool::Clear() {
   return first;
 }
 
+Status PinnedPool::Clear(int64_t tag) {
+  Status first = OkStatus();
+  std::vector<Pooled> kept;
+  for (Pooled& p : pooled_) {
+    if (p.tag != tag) {
+      kept.push_back(std::move(p));
+      continue;
+    }
+    Status status = FreeOrKeep(p.buffer, *p.last_user);
+    if (first.ok()) first = status;
+  }
+  pooled_ = std::move(kept);
+  return first;
+}
+
 int64_t PinnedPool::bytes() const {
   int64_t total = 0;
   for (const Pooled& p : pooled_) total += p.buffer.size();

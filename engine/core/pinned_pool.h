@@ -47,6 +47,11 @@ class PinnedPool {
   //   are kept (never freed unordered) and counted in leaked_bytes().
   Status Give(std::vector<Buffer> buffers, int64_t tag, Stream& last_user);
 
+  // Frees the pooled buffers of `tag`, each ordered on its last user's
+  // stream. Errors: the first failed Free (that buffer is kept, counted in
+  // leaked_bytes()).
+  Status Clear(int64_t tag);
+
   // Frees every pooled buffer, ordered on its last user's stream.
   // Errors: the first failed Free (that buffer is kept, counted in
   //   leaked_bytes()); the others are freed.
