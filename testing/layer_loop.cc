@@ -53,7 +53,9 @@ Status RunBackwardPass(Offloader& offloader, int layers,
       return status.WithContext(LayerContext(layer, "BackwardStep"));
     }
     status = hooks.backward(layer);
-    if (!status.ok()) return status.WithContext(LayerContext(layer, "backward"));
+    if (!status.ok()) {
+      return status.WithContext(LayerContext(layer, "backward"));
+    }
   }
   return Call(hooks, LayerCall::kFinishBackward, -1,
               [&] { return offloader.FinishBackward(); })

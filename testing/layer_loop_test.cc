@@ -81,11 +81,12 @@ class LayerLoopTest : public ::testing::Test {
 
 TEST_F(LayerLoopTest, CallsInTrainingOrder) {
   ASSERT_OK(RunLayerStep(*offloader_, kLayers, hooks_));
-  EXPECT_THAT(log_, ElementsAre("ForwardStep 0", "forward 0", "ForwardStep 1",
-                                "forward 1", "ForwardStep 2", "forward 2",
-                                "after_forward", "BackwardStep 2", "backward 2",
-                                "BackwardStep 1", "backward 1", "BackwardStep 0",
-                                "backward 0", "FinishBackward -1"));
+  EXPECT_THAT(log_,
+              ElementsAre("ForwardStep 0", "forward 0", "ForwardStep 1",
+                          "forward 1", "ForwardStep 2", "forward 2",
+                          "after_forward", "BackwardStep 2", "backward 2",
+                          "BackwardStep 1", "backward 1", "BackwardStep 0",
+                          "backward 0", "FinishBackward -1"));
   EXPECT_EQ(offloader_->stats().tensors_offloaded, 1);
   // The iteration ended: a second step runs the same way.
   log_.clear();
@@ -99,10 +100,10 @@ TEST_F(LayerLoopTest, PassesRunSeparately) {
                                 "forward 1", "ForwardStep 2", "forward 2"));
   log_.clear();
   ASSERT_OK(RunBackwardPass(*offloader_, kLayers, hooks_));
-  EXPECT_THAT(log_, ElementsAre("BackwardStep 2", "backward 2",
-                                "BackwardStep 1", "backward 1",
-                                "BackwardStep 0", "backward 0",
-                                "FinishBackward -1"));
+  EXPECT_THAT(log_,
+              ElementsAre("BackwardStep 2", "backward 2", "BackwardStep 1",
+                          "backward 1", "BackwardStep 0", "backward 0",
+                          "FinishBackward -1"));
 }
 
 TEST_F(LayerLoopTest, OptionalHooksMayBeUnset) {
@@ -121,10 +122,10 @@ TEST_F(LayerLoopTest, TimesEachOffloaderCallOnce) {
     timed.push_back(CallName(call) + " " + std::to_string(layer));
   };
   ASSERT_OK(RunLayerStep(*offloader_, kLayers, hooks_));
-  EXPECT_THAT(timed, ElementsAre("ForwardStep 0", "ForwardStep 1",
-                                 "ForwardStep 2", "BackwardStep 2",
-                                 "BackwardStep 1", "BackwardStep 0",
-                                 "FinishBackward -1"));
+  EXPECT_THAT(timed,
+              ElementsAre("ForwardStep 0", "ForwardStep 1", "ForwardStep 2",
+                          "BackwardStep 2", "BackwardStep 1", "BackwardStep 0",
+                          "FinishBackward -1"));
 }
 
 TEST_F(LayerLoopTest, OffloaderErrorNamesLayerAndCall) {
@@ -146,8 +147,9 @@ TEST_F(LayerLoopTest, BackwardStepErrorNamesLayer) {
 TEST_F(LayerLoopTest, UnexpectedLayerIdIsInternal) {
   ASSERT_THAT(offloader_->ForwardStep(), IsOkAndHolds(0));
   const Status status = RunLayerStep(*offloader_, kLayers, hooks_);
-  EXPECT_THAT(status, StatusIs(StatusCode::kInternal,
-                               HasSubstr("layer 0 ForwardStep returned layer 1")));
+  EXPECT_THAT(status,
+              StatusIs(StatusCode::kInternal,
+                       HasSubstr("layer 0 ForwardStep returned layer 1")));
   // No hook ran for the layer.
   EXPECT_THAT(log_, ElementsAre("ForwardStep 0"));
 }
@@ -179,8 +181,9 @@ TEST_F(LayerLoopTest, BackwardHookErrorStopsTheStep) {
     if (layer == 1) return InternalError("nan");
     return OkStatus();
   };
-  EXPECT_THAT(RunLayerStep(*offloader_, kLayers, hooks_),
-              StatusIs(StatusCode::kInternal, HasSubstr("layer 1 backward: nan")));
+  EXPECT_THAT(
+      RunLayerStep(*offloader_, kLayers, hooks_),
+      StatusIs(StatusCode::kInternal, HasSubstr("layer 1 backward: nan")));
   const std::vector<std::string> tail = {"BackwardStep 2", "backward 2",
                                          "BackwardStep 1", "backward 1"};
   ASSERT_GE(log_.size(), tail.size());

@@ -244,7 +244,8 @@ class OffloaderTest : public SimOffloadTest {
     hooks.backward = [&](int layer) {
       return PopCheckAndConsume(offloader, saved[layer]);
     };
-    ASSERT_OK(RunBackwardPass(offloader, static_cast<int>(saved.size()), hooks));
+    ASSERT_OK(
+        RunBackwardPass(offloader, static_cast<int>(saved.size()), hooks));
   }
 
   // A forward of `layers` layers, each saving `per_layer` tensors of f32
