@@ -51,7 +51,9 @@ struct LayerLoopHooks {
 };
 
 // Runs the forward pass, hooks.after_forward, and the backward pass with
-// FinishBackward, over layers 0..layers-1. Stops at the first error.
+// FinishBackward, over layers 0..layers-1. OK: every call and hook
+// succeeded and the iteration ended (the next ForwardStep starts layer 0).
+// Stops at the first error.
 // Errors name the layer and the step, so that a caller can put its own
 // prefix ("iteration 2 ") in front:
 //   "layer 3 ForwardStep: <error>", "layer 3 forward: <hook's error>",
@@ -66,7 +68,9 @@ Status RunLayerStep(Offloader& offloader, int layers,
                     const LayerLoopHooks& hooks);
 
 // The forward half: ForwardStep and hooks.forward for layers 0..layers-1
-// (hooks.backward and hooks.after_forward are not used). Errors as above.
+// (hooks.backward and hooks.after_forward are not used). OK: all `layers`
+// forwards ran, the last one is still open for pushes until the next
+// Offloader step call. Errors as above.
 // REQUIRES: hooks.forward is set; the offloader's next ForwardStep starts
 //   layer 0.
 Status RunForwardPass(Offloader& offloader, int layers,
@@ -74,7 +78,7 @@ Status RunForwardPass(Offloader& offloader, int layers,
 
 // The backward half: BackwardStep and hooks.backward for layers
 // layers-1..0, then FinishBackward (hooks.forward and hooks.after_forward
-// are not used). Errors as above.
+// are not used). OK: the iteration ended. Errors as above.
 // REQUIRES: hooks.backward is set; the forward of all `layers` layers ran
 //   in this iteration.
 Status RunBackwardPass(Offloader& offloader, int layers,
