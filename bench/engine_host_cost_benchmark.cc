@@ -1,5 +1,6 @@
 // Engine-only host cost per offloaded tensor: ForwardStep + Push + BackwardStep
-// + Pop + FinishBackward of a layer stack on the SimBackend without bytes
+// + Pop + FinishBackward of a layer stack (driven by RunLayerStep,
+// testing/layer_loop.h) on the SimBackend without bytes
 // (store_bytes = false, no trace). The figure includes the simulator's own
 // bookkeeping of the enqueued operations (its hazard detector too), so it is
 // an upper bound for the engine's share; the simulated device's progress
@@ -22,6 +23,7 @@
 #include "engine/offload.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
+#include "testing/layer_loop.h"
 
 namespace offload {
 namespace {
@@ -63,8 +65,24 @@ void BM_EngineStep(benchmark::State& state) {
     t.strides = {1};
     return t;
   };
-  // Tensors are made outside the timed region: only engine calls are timed.
+  // Tensors are made outside the timed region: only engine calls (and the
+  // layer loop's hooks around them) are timed.
   std::vector<std::vector<Tensor>> fresh(n);
+  LayerLoopHooks hooks;
+  hooks.forward = [&](int i) {
+    saved[i].clear();
+    for (int j = 0; j < m; ++j) saved[i].push_back(Check(off->Push(fresh[i][j])));
+    fresh[i].clear();  // drop the caller's references, as autograd does
+    return OkStatus();
+  };
+  hooks.backward = [&](int i) {
+    for (const SavedTensor& st : saved[i]) {
+      Tensor t = Check(off->Pop(st));
+      benchmark::DoNotOptimize(t.storage);
+    }
+    saved[i].clear();
+    return OkStatus();
+  };
   int64_t pushes = 0, offloaded = 0;
   for (auto _ : state) {
     state.PauseTiming();
@@ -74,21 +92,7 @@ void BM_EngineStep(benchmark::State& state) {
       for (int j = 0; j < m; ++j) layer.push_back(make());
     }
     state.ResumeTiming();
-    for (int i = 0; i < n; ++i) {
-      Check(off->ForwardStep().status());
-      saved[i].clear();
-      for (int j = 0; j < m; ++j) saved[i].push_back(Check(off->Push(fresh[i][j])));
-      fresh[i].clear();  // drop the caller's references, as autograd does
-    }
-    for (int i = n - 1; i >= 0; --i) {
-      Check(off->BackwardStep(i));
-      for (const SavedTensor& st : saved[i]) {
-        Tensor t = Check(off->Pop(st));
-        benchmark::DoNotOptimize(t.storage);
-      }
-      saved[i].clear();
-    }
-    Check(off->FinishBackward());
+    Check(RunLayerStep(*off, n, hooks));
     pushes += int64_t{n} * m;
     offloaded += int64_t{k} * m;
   }

@@ -1,11 +1,13 @@
 #include "bench/layer_stack.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "bench/bench_util.h"
 #include "engine/status.h"
+#include "testing/layer_loop.h"
 
 namespace offload::bench {
 namespace {
@@ -33,13 +35,15 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   Backend& be = ex.backend();
   const int64_t T = s.tokens, H = s.hidden;
   StepCost cost;
-  auto timed_call = [&](Call call, auto&& f) {
-    Clock::time_point t0 = Clock::now();
-    auto r = f();
-    double ns = NsSince(t0);
+  auto add_cost = [&](Call call, double ns) {
     cost.engine_host_ns += ns;
     cost.call_ns[call] += ns;
     cost.call_count[call] += 1;
+  };
+  auto timed_call = [&](Call call, auto&& f) {
+    Clock::time_point t0 = Clock::now();
+    auto r = f();
+    add_cost(call, NsSince(t0));
     return r;
   };
   struct Saved {
@@ -47,11 +51,19 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   };
   std::vector<Saved> saved(s.layers);
 
+  LayerLoopHooks hooks;
+  // The driver times ForwardStep, BackwardStep and FinishBackward around the
+  // call alone, as timed_call does for Push and Pop.
+  hooks.timed = [&](LayerCall call, int /*layer*/, Clock::duration took) {
+    const Call kind = call == LayerCall::kForwardStep    ? kForwardStep
+                      : call == LayerCall::kBackwardStep ? kBackwardStep
+                                                         : kFinishBackward;
+    add_cost(kind, std::chrono::duration<double, std::nano>(took).count());
+  };
+
   Tensor x = NewActivation(be, T, H, "x0");
   ex.FillInput(x);
-  for (int i = 0; i < s.layers; ++i) {
-    int layer = Must(timed_call(kForwardStep, [&] { return off.ForwardStep(); }), "ForwardStep");
-    if (layer != i) Die("unexpected layer id");
+  hooks.forward = [&](int i) {
     Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
     ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
            {&x}, &qkv);
@@ -75,13 +87,16 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     sv.u = Must(timed_call(kPush, [&] { return off.Push(u); }), "Push u");
     cost.pushes += 5;
     x = std::move(y);  // drops this layer's other tensors
-  }
-  ex.Output(x);
-  x = Tensor();
+    return OkStatus();
+  };
+  hooks.after_forward = [&] {
+    ex.Output(x);
+    x = Tensor();
+    return OkStatus();
+  };
 
   void* dy = ex.work(0);
-  for (int i = s.layers - 1; i >= 0; --i) {
-    Must(timed_call(kBackwardStep, [&] { return off.BackwardStep(i); }), "BackwardStep");
+  hooks.backward = [&](int i) {
     Saved& sv = saved[i];
     void* du = ex.work(3);
     void* d_o = ex.work(4);
@@ -125,8 +140,11 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     }
     sv = Saved();  // as autograd: the saved handles go with the layer
     dy = dx;
-  }
-  Must(timed_call(kFinishBackward, [&] { return off.FinishBackward(); }), "FinishBackward");
+    return OkStatus();
+  };
+  // Push and Pop die in the hooks; the driver's own calls (and an unexpected
+  // layer id) die here, with the layer and the call in the message.
+  Must(RunLayerStep(off, s.layers, hooks), "step");
   return cost;
 }
 

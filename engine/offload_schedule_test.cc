@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
+#include "testing/layer_loop.h"
 #include "testing/status_matchers.h"
 #include "testing/tensor_util.h"
 
@@ -427,30 +428,28 @@ StepResult TimedStep(const SimOptions& sim_options, int layers, int offloaded,
   Offloader& offloader = **created;
   const int64_t start = sim->NowNs();
   std::vector<std::vector<SavedTensor>> handles(layers);
-  for (int layer = 0; layer < layers; ++layer) {
-    EXPECT_THAT(offloader.ForwardStep(), IsOkAndHolds(layer));
+  LayerLoopHooks hooks;
+  hooks.forward = [&](int layer) -> Status {
     for (int i = 0; i < 2; ++i) {
-      StatusOr<Tensor> t = Produce(*sim, DType::kF32, {256 * 1024},
-                                   10 * layer + i, i == 0 ? forward_ns : 0);
-      EXPECT_OK(t);
-      if (!t.ok()) return result;
-      StatusOr<SavedTensor> handle = offloader.Push(*t);
-      EXPECT_OK(handle);
-      if (handle.ok()) handles[layer].push_back(*std::move(handle));
+      OFFLOAD_ASSIGN_OR_RETURN(
+          Tensor t, Produce(*sim, DType::kF32, {256 * 1024}, 10 * layer + i,
+                            i == 0 ? forward_ns : 0));
+      OFFLOAD_ASSIGN_OR_RETURN(SavedTensor handle, offloader.Push(t));
+      handles[layer].push_back(std::move(handle));
     }
-  }
-  for (int layer = layers - 1; layer >= 0; --layer) {
-    EXPECT_OK(offloader.BackwardStep(layer));
+    return OkStatus();
+  };
+  hooks.backward = [&](int layer) -> Status {
     std::vector<Tensor> popped;
     for (const SavedTensor& handle : handles[layer]) {
-      StatusOr<Tensor> t = offloader.Pop(handle);
-      EXPECT_OK(t);
-      if (t.ok()) popped.push_back(*std::move(t));
+      OFFLOAD_ASSIGN_OR_RETURN(Tensor t, offloader.Pop(handle));
+      popped.push_back(std::move(t));
     }
-    EXPECT_OK(Consume(*sim, popped, backward_ns));
+    OFFLOAD_RETURN_IF_ERROR(Consume(*sim, popped, backward_ns));
     handles[layer].clear();
-  }
-  EXPECT_OK(offloader.FinishBackward());
+    return OkStatus();
+  };
+  EXPECT_OK(RunLayerStep(offloader, layers, hooks));
   sim->RunUntilIdle();
   result.step_ns = sim->NowNs() - start;
   result.peak_bytes = sim->device_memory().peak_bytes;

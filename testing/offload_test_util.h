@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
+#include "testing/layer_loop.h"
 #include "testing/status_matchers.h"
 #include "testing/tensor_util.h"
 
@@ -206,9 +207,16 @@ class OffloaderTest : public SimOffloadTest {
   // runs a backward kernel reading them, then drops them.
   void PopAndCheck(Offloader& offloader, std::vector<Pushed>& pushed,
                    int64_t backward_ns = 0) {
+    ASSERT_OK(PopCheckAndConsume(offloader, pushed, backward_ns));
+  }
+
+  // PopAndCheck for a driver hook: the differences are EXPECT failures; a
+  // failed Pop, read or kernel is returned (and ends the layer's backward).
+  Status PopCheckAndConsume(Offloader& offloader, std::vector<Pushed>& pushed,
+                            int64_t backward_ns = 0) {
     std::vector<Tensor> popped;
     for (auto it = pushed.rbegin(); it != pushed.rend(); ++it) {
-      ASSERT_OK_AND_ASSIGN(Tensor t, offloader.Pop(it->handle));
+      OFFLOAD_ASSIGN_OR_RETURN(Tensor t, offloader.Pop(it->handle));
       EXPECT_EQ(t.dtype, it->geometry.dtype) << it->geometry.Describe();
       EXPECT_EQ(t.shape, it->geometry.shape) << it->geometry.Describe();
       EXPECT_EQ(t.strides, it->geometry.strides) << it->geometry.Describe();
@@ -217,43 +225,49 @@ class OffloaderTest : public SimOffloadTest {
       EXPECT_EQ(t.flags.weight, it->geometry.flags.weight);
       EXPECT_EQ(t.flags.do_not_offload, it->geometry.flags.do_not_offload);
       EXPECT_EQ(t.flags.offload_base, it->geometry.flags.offload_base);
-      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
-                           ReadTensorBytes(*sim_, t));
+      OFFLOAD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                               ReadTensorBytes(*sim_, t));
       EXPECT_TRUE(BytesEqual(bytes, it->expected)) << it->geometry.Describe();
       popped.push_back(std::move(t));
     }
-    ASSERT_OK(Consume(*sim_, popped, backward_ns));
+    OFFLOAD_RETURN_IF_ERROR(Consume(*sim_, popped, backward_ns));
     pushed.clear();
+    return OkStatus();
   }
 
   // One iteration over `saved` (one entry per layer, filled by the forward
   // the caller already ran): backward in reverse layer order, then
-  // FinishBackward.
+  // FinishBackward (RunBackwardPass).
   void BackwardAll(Offloader& offloader,
                    std::vector<std::vector<Pushed>>& saved) {
-    for (int layer = static_cast<int>(saved.size()) - 1; layer >= 0; --layer) {
-      ASSERT_OK(offloader.BackwardStep(layer));
-      ASSERT_NO_FATAL_FAILURE(PopAndCheck(offloader, saved[layer]));
-    }
-    ASSERT_OK(offloader.FinishBackward());
+    LayerLoopHooks hooks;
+    hooks.backward = [&](int layer) {
+      return PopCheckAndConsume(offloader, saved[layer]);
+    };
+    ASSERT_OK(
+        RunBackwardPass(offloader, static_cast<int>(saved.size()), hooks));
   }
 
   // A forward of `layers` layers, each saving `per_layer` tensors of f32
   // [256 Ki] (1 MiB, exactly the default min_offload_elements) made after
-  // the layer's ForwardStep.
+  // the layer's ForwardStep (RunForwardPass).
   void ForwardUniform(Offloader& offloader, int layers, int per_layer,
                       std::vector<std::vector<Pushed>>& saved,
                       uint64_t seed_base = 1) {
     saved.assign(layers, {});
-    for (int layer = 0; layer < layers; ++layer) {
-      ASSERT_THAT(offloader.ForwardStep(), IsOkAndHolds(layer));
+    LayerLoopHooks hooks;
+    hooks.forward = [&](int layer) -> Status {
       for (int i = 0; i < per_layer; ++i) {
         uint64_t seed = seed_base + 100 * layer + i;
-        ASSERT_OK_AND_ASSIGN(
+        OFFLOAD_ASSIGN_OR_RETURN(
             Tensor t, MakeDeviceTensor(*sim_, DType::kF32, {256 * 1024}, seed));
-        ASSERT_NO_FATAL_FAILURE(PushAndRemember(offloader, t, seed, saved[layer]));
+        OFFLOAD_ASSIGN_OR_RETURN(SavedTensor handle, offloader.Push(t));
+        saved[layer].push_back(Pushed{std::move(handle), Geometry(t),
+                                      PatternTensorBytes(t, seed)});
       }
-    }
+      return OkStatus();
+    };
+    ASSERT_OK(RunForwardPass(offloader, layers, hooks));
   }
 };
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "testing/layer_loop.h"
 #include "testing/tensor_util.h"
 
 namespace offload {
@@ -138,143 +139,153 @@ class Driver {
     return expected;
   }
 
+  // The forward of layer `i` after its ForwardStep: makes its buffers, runs
+  // its compute, pushes its saves into `pushed`. Errors name the call.
+  Status ForwardLayer(int iteration, int i, std::vector<Pushed>& pushed) {
+    const LayerSpec& layer = spec_.layers[i];
+    Stream& compute = backend_.ComputeStream();
+    // The driver's own references: dropped at the end of this scope.
+    std::vector<Tensor> buffers(layer.buffers.size());
+    std::vector<uint64_t> seeds(layer.buffers.size());
+    for (size_t b = 0; b < layer.buffers.size(); ++b) {
+      const bool persistent = layer.buffers[b].persistent;
+      seeds[b] = BufferSeed(spec_.seed, persistent ? -1 : iteration, i,
+                            static_cast<int>(b));
+      if (persistent) {
+        buffers[b] = persistent_[i][b];
+      } else {
+        OFFLOAD_ASSIGN_OR_RETURN(buffers[b],
+                                 MakeBuffer(i, static_cast<int>(b), iteration));
+      }
+    }
+    Notify(WorkloadPhase::kBuffersMade, iteration, i);
+    ComputeCall forward{"forward L" + std::to_string(i), layer.forward_ns,
+                        {}, {}};
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      if (buffers[b].numel() == 0) continue;
+      (layer.buffers[b].persistent ? forward.reads : forward.writes)
+          .push_back(&buffers[b]);
+    }
+    OFFLOAD_RETURN_IF_ERROR(
+        hooks_.compute(compute, forward).WithContext("forward compute"));
+    Notify(WorkloadPhase::kForwardComputed, iteration, i);
+
+    for (const SaveSpec& save : layer.saves) {
+      const std::string name = "L" + std::to_string(i) + "." + save.name;
+      Pushed entry;
+      entry.composite = save.composite;
+      entry.name = name;
+      entry.metadata = save.metadata;
+      CompositeTensor composite;
+      composite.name = name;
+      composite.metadata = save.metadata;
+      for (size_t c = 0; c < save.components.size(); ++c) {
+        const std::optional<ViewSpec>& component = save.components[c];
+        if (!component.has_value()) {
+          composite.components.push_back(std::nullopt);
+          entry.components.push_back(std::nullopt);
+          continue;
+        }
+        StatusOr<Tensor> view =
+            ApplyViewOps(buffers[component->buffer], component->ops);
+        if (!view.ok()) return view.status().WithContext("view '" + name + "'");
+        view->flags = component->flags;
+        view->name =
+            save.composite ? name + "." + std::to_string(c) : name;
+        entry.components.push_back(
+            Expect(i, *view, seeds[component->buffer]));
+        composite.components.push_back(std::move(view).value());
+      }
+      StatusOr<SavedTensor> handle =
+          save.composite ? offloader_.Push(composite)
+                         : offloader_.Push(*composite.components[0]);
+      if (!handle.ok()) {
+        return handle.status().WithContext("Push '" + name + "'");
+      }
+      entry.handle = std::move(handle).value();
+      pushed.push_back(std::move(entry));
+    }
+    Notify(WorkloadPhase::kPushed, iteration, i);
+    return OkStatus();
+  }
+
+  // The backward of layer `i` after its BackwardStep: pops `pushed`, runs
+  // its compute, checks the popped tensors and enqueues their captures.
+  Status BackwardLayer(int iteration, int i, std::vector<Pushed>& pushed,
+                       WorkloadResult& result) {
+    const LayerSpec& layer = spec_.layers[i];
+    Stream& compute = backend_.ComputeStream();
+    // Popped tensors with their expectations; dropped after this layer.
+    std::vector<std::pair<Tensor, const Expected*>> popped;
+    for (Pushed& entry : pushed) {
+      if (!entry.composite) {
+        StatusOr<Tensor> tensor = offloader_.Pop(entry.handle);
+        if (!tensor.ok()) {
+          return tensor.status().WithContext("Pop '" + entry.name + "'");
+        }
+        popped.emplace_back(std::move(tensor).value(),
+                            &*entry.components[0]);
+        continue;
+      }
+      StatusOr<CompositeTensor> composite =
+          offloader_.PopComposite(entry.handle);
+      if (!composite.ok()) {
+        return composite.status().WithContext("PopComposite '" + entry.name +
+                                              "'");
+      }
+      CheckComposite(iteration, i, entry, *composite, result, popped);
+    }
+    Notify(WorkloadPhase::kPopped, iteration, i);
+    ComputeCall backward{"backward L" + std::to_string(i), layer.backward_ns,
+                         {}, {}};
+    for (const auto& [tensor, expected] : popped) {
+      if (tensor.numel() > 0) backward.reads.push_back(&tensor);
+    }
+    OFFLOAD_RETURN_IF_ERROR(
+        hooks_.compute(compute, backward).WithContext("backward compute"));
+    Notify(WorkloadPhase::kBackwardComputed, iteration, i);
+    for (const auto& [tensor, expected] : popped) {
+      if (!CheckGeometry(iteration, i, tensor, *expected, result)) continue;
+      if (!options_.check_bytes) continue;
+      StatusOr<BytesFuture> future = hooks_.capture(backend_, tensor);
+      if (!future.ok()) {
+        return future.status().WithContext("capture '" + expected->name + "'");
+      }
+      pending_.push_back(
+          PendingCheck{i, *expected, std::move(future).value()});
+    }
+    // Autograd frees the saved tensors once the layer's backward is done.
+    popped.clear();
+    pushed.clear();
+    return OkStatus();
+  }
+
   Status Iteration(int iteration, WorkloadResult& result) {
     const int n = static_cast<int>(spec_.layers.size());
     const int64_t begin_ns = hooks_.clock ? hooks_.clock() : 0;
     Stream& compute = backend_.ComputeStream();
     std::vector<std::vector<Pushed>> pushed(n);
-    auto context = [&](int layer, const std::string& call) {
-      return "iteration " + std::to_string(iteration) + " layer " +
-             std::to_string(layer) + " " + call;
+    LayerLoopHooks loop;
+    loop.before_call = [&](LayerCall call, int layer) {
+      if (call == LayerCall::kForwardStep) {
+        Notify(WorkloadPhase::kForwardBegin, iteration, layer);
+      } else if (call == LayerCall::kBackwardStep) {
+        Notify(WorkloadPhase::kBackwardBegin, iteration, layer);
+      }
     };
-
-    for (int i = 0; i < n; ++i) {
-      const LayerSpec& layer = spec_.layers[i];
-      Notify(WorkloadPhase::kForwardBegin, iteration, i);
-      StatusOr<int> id = offloader_.ForwardStep();
-      if (!id.ok()) return id.status().WithContext(context(i, "ForwardStep"));
-      if (*id != i) {
-        return InternalError(context(i, "ForwardStep") + " returned layer " +
-                             std::to_string(*id));
-      }
-      // The driver's own references: dropped at the end of this scope.
-      std::vector<Tensor> buffers(layer.buffers.size());
-      std::vector<uint64_t> seeds(layer.buffers.size());
-      for (size_t b = 0; b < layer.buffers.size(); ++b) {
-        const bool persistent = layer.buffers[b].persistent;
-        seeds[b] = BufferSeed(spec_.seed, persistent ? -1 : iteration, i,
-                              static_cast<int>(b));
-        if (persistent) {
-          buffers[b] = persistent_[i][b];
-        } else {
-          OFFLOAD_ASSIGN_OR_RETURN(buffers[b],
-                                   MakeBuffer(i, static_cast<int>(b), iteration));
-        }
-      }
-      Notify(WorkloadPhase::kBuffersMade, iteration, i);
-      ComputeCall forward{"forward L" + std::to_string(i), layer.forward_ns,
-                          {}, {}};
-      for (size_t b = 0; b < buffers.size(); ++b) {
-        if (buffers[b].numel() == 0) continue;
-        (layer.buffers[b].persistent ? forward.reads : forward.writes)
-            .push_back(&buffers[b]);
-      }
-      OFFLOAD_RETURN_IF_ERROR(hooks_.compute(compute, forward)
-                                  .WithContext(context(i, "forward compute")));
-      Notify(WorkloadPhase::kForwardComputed, iteration, i);
-
-      for (const SaveSpec& save : layer.saves) {
-        const std::string name = "L" + std::to_string(i) + "." + save.name;
-        Pushed entry;
-        entry.composite = save.composite;
-        entry.name = name;
-        entry.metadata = save.metadata;
-        CompositeTensor composite;
-        composite.name = name;
-        composite.metadata = save.metadata;
-        for (size_t c = 0; c < save.components.size(); ++c) {
-          const std::optional<ViewSpec>& component = save.components[c];
-          if (!component.has_value()) {
-            composite.components.push_back(std::nullopt);
-            entry.components.push_back(std::nullopt);
-            continue;
-          }
-          StatusOr<Tensor> view =
-              ApplyViewOps(buffers[component->buffer], component->ops);
-          if (!view.ok()) {
-            return view.status().WithContext(context(i, "view '" + name + "'"));
-          }
-          view->flags = component->flags;
-          view->name =
-              save.composite ? name + "." + std::to_string(c) : name;
-          entry.components.push_back(
-              Expect(i, *view, seeds[component->buffer]));
-          composite.components.push_back(std::move(view).value());
-        }
-        StatusOr<SavedTensor> handle =
-            save.composite ? offloader_.Push(composite)
-                           : offloader_.Push(*composite.components[0]);
-        if (!handle.ok()) {
-          return handle.status().WithContext(context(i, "Push '" + name + "'"));
-        }
-        entry.handle = std::move(handle).value();
-        pushed[i].push_back(std::move(entry));
-      }
-      Notify(WorkloadPhase::kPushed, iteration, i);
+    loop.forward = [&](int layer) {
+      return ForwardLayer(iteration, layer, pushed[layer]);
+    };
+    loop.backward = [&](int layer) {
+      return BackwardLayer(iteration, layer, pushed[layer], result);
+    };
+    const Status step = RunLayerStep(offloader_, n, loop);
+    if (!step.ok()) {
+      // "iteration 2 layer 3 forward: ...", as the driver names the layer.
+      return Status(step.code(),
+                    "iteration " + std::to_string(iteration) + " " +
+                        step.message());
     }
-
-    for (int i = n - 1; i >= 0; --i) {
-      const LayerSpec& layer = spec_.layers[i];
-      Notify(WorkloadPhase::kBackwardBegin, iteration, i);
-      OFFLOAD_RETURN_IF_ERROR(
-          offloader_.BackwardStep(i).WithContext(context(i, "BackwardStep")));
-      // Popped tensors with their expectations; dropped after this layer.
-      std::vector<std::pair<Tensor, const Expected*>> popped;
-      for (Pushed& entry : pushed[i]) {
-        if (!entry.composite) {
-          StatusOr<Tensor> tensor = offloader_.Pop(entry.handle);
-          if (!tensor.ok()) {
-            return tensor.status().WithContext(
-                context(i, "Pop '" + entry.name + "'"));
-          }
-          popped.emplace_back(std::move(tensor).value(),
-                              &*entry.components[0]);
-          continue;
-        }
-        StatusOr<CompositeTensor> composite =
-            offloader_.PopComposite(entry.handle);
-        if (!composite.ok()) {
-          return composite.status().WithContext(
-              context(i, "PopComposite '" + entry.name + "'"));
-        }
-        CheckComposite(iteration, i, entry, *composite, result, popped);
-      }
-      Notify(WorkloadPhase::kPopped, iteration, i);
-      ComputeCall backward{"backward L" + std::to_string(i), layer.backward_ns,
-                           {}, {}};
-      for (const auto& [tensor, expected] : popped) {
-        if (tensor.numel() > 0) backward.reads.push_back(&tensor);
-      }
-      OFFLOAD_RETURN_IF_ERROR(hooks_.compute(compute, backward)
-                                  .WithContext(context(i, "backward compute")));
-      Notify(WorkloadPhase::kBackwardComputed, iteration, i);
-      for (const auto& [tensor, expected] : popped) {
-        if (!CheckGeometry(iteration, i, tensor, *expected, result)) continue;
-        if (!options_.check_bytes) continue;
-        StatusOr<BytesFuture> future = hooks_.capture(backend_, tensor);
-        if (!future.ok()) {
-          return future.status().WithContext(
-              context(i, "capture '" + expected->name + "'"));
-        }
-        pending_.push_back(
-            PendingCheck{i, *expected, std::move(future).value()});
-      }
-      // Autograd frees the saved tensors once the layer's backward is done.
-      popped.clear();
-      pushed[i].clear();
-    }
-    OFFLOAD_RETURN_IF_ERROR(offloader_.FinishBackward().WithContext(
-        "iteration " + std::to_string(iteration) + " FinishBackward"));
     OFFLOAD_RETURN_IF_ERROR(compute.Synchronize());
     if (hooks_.clock) result.iteration_ns.push_back(hooks_.clock() - begin_ns);
 
@@ -282,7 +293,9 @@ class Driver {
       StatusOr<std::vector<uint8_t>> got = check.bytes();
       if (!got.ok()) {
         return got.status().WithContext(
-            context(check.layer, "reading '" + check.expected.name + "'"));
+            "iteration " + std::to_string(iteration) + " layer " +
+            std::to_string(check.layer) + " reading '" + check.expected.name +
+            "'");
       }
       std::vector<uint8_t> want =
           PatternTensorBytes(check.expected.geometry, check.expected.seed);
