@@ -1,5 +1,8 @@
 #include "engine/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace offload {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -60,5 +63,16 @@ Status InternalError(std::string message) {
 Status UnavailableError(std::string message) {
   return Status(StatusCode::kUnavailable, std::move(message));
 }
+
+namespace status_internal {
+
+void DieOfMissingValue(const Status& status) {
+  std::fprintf(stderr, "StatusOr holds no value: %s\n",
+               status.ToString().c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace status_internal
 
 }  // namespace offload

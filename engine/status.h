@@ -61,6 +61,12 @@ Status ResourceExhaustedError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
 
+namespace status_internal {
+// Writes "StatusOr holds no value: <status.ToString()>" to stderr and aborts.
+// What StatusOr's accessors do when called on an error.
+[[noreturn]] void DieOfMissingValue(const Status& status);
+}  // namespace status_internal
+
 // Either a T or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -76,17 +82,28 @@ class [[nodiscard]] StatusOr {
   const Status& status() const& { return status_; }
   Status status() && { return std::move(status_); }
 
-  // REQUIRES: ok().
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return *std::move(value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T&& operator*() && { return *std::move(value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // The value. REQUIRES: ok(). Calling them on an error is a bug in the
+  // caller: in every build they print the status (ToString) to stderr and
+  // abort the program, rather than read a value that is not there.
+  T& value() & { return CheckedValue(); }
+  const T& value() const& { return CheckedValue(); }
+  T&& value() && { return std::move(CheckedValue()); }
+  T& operator*() & { return CheckedValue(); }
+  const T& operator*() const& { return CheckedValue(); }
+  T&& operator*() && { return std::move(CheckedValue()); }
+  T* operator->() { return &CheckedValue(); }
+  const T* operator->() const { return &CheckedValue(); }
 
  private:
+  T& CheckedValue() {
+    if (!value_.has_value()) status_internal::DieOfMissingValue(status_);
+    return *value_;
+  }
+  const T& CheckedValue() const {
+    if (!value_.has_value()) status_internal::DieOfMissingValue(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

@@ -136,6 +136,30 @@ TEST(StatusOrTest, BuiltFromOkStatusBecomesInternal) {
   EXPECT_FALSE(result.status().message().empty());
 }
 
+// Reading the value of an error is a bug in the caller; it must stop the
+// program with the status in every build, not read an empty optional.
+TEST(StatusOrDeathTest, ValueOfAnErrorAbortsWithTheStatus) {
+  StatusOr<int> result = InvalidArgumentError("bad shape [4, -1]");
+  const StatusOr<int>& const_result = result;
+  const char* kMessage = "INVALID_ARGUMENT: bad shape \\[4, -1\\]";
+  EXPECT_DEATH((void)result.value(), kMessage);
+  EXPECT_DEATH((void)const_result.value(), kMessage);
+  EXPECT_DEATH((void)std::move(result).value(), kMessage);
+  EXPECT_DEATH((void)*result, kMessage);
+  EXPECT_DEATH((void)*const_result, kMessage);
+  EXPECT_DEATH((void)*std::move(result), kMessage);
+
+  StatusOr<std::string> text = UnavailableError("no GPU");
+  const StatusOr<std::string>& const_text = text;
+  EXPECT_DEATH((void)text->size(), "UNAVAILABLE: no GPU");
+  EXPECT_DEATH((void)const_text->size(), "UNAVAILABLE: no GPU");
+}
+
+TEST(StatusOrDeathTest, ValueOfOneBuiltFromOkAborts) {
+  StatusOr<int> result = OkStatus();
+  EXPECT_DEATH((void)result.value(), "INTERNAL: StatusOr built from an OK");
+}
+
 TEST(StatusOrTest, StatusOfAnRvalueMovesItOut) {
   StatusOr<int> result = InternalError("moved");
   const Status status = std::move(result).status();

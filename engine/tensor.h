@@ -24,9 +24,11 @@ namespace offload {
 
 enum class DType { kF32, kBF16, kF16, kFP8E4M3, kFP8E5M2, kU8, kI32, kI64 };
 
-// Bytes per element: 4, 2, 2, 1, 1, 1, 4, 8.
+// Bytes per element: 4, 2, 2, 1, 1, 1, 4, 8. For a value outside the enum
+// (an integer cast to DType) returns 1, so that geometry stays defined;
+// ValidateTensor rejects tensors with such a dtype.
 int64_t DTypeSize(DType dtype);
-// "f32", "bf16", ...
+// "f32", "bf16", ...; "unknown" for a value outside the enum.
 std::string_view DTypeName(DType dtype);
 
 // Who owns a storage's memory, and how it goes back (the engine does not
@@ -125,25 +127,49 @@ struct Tensor {
   std::shared_ptr<Event> ready;
   std::string name;  // for messages; may be empty
 
+  // Geometry. For a tensor that ValidateTensor accepts these are exact. For
+  // any other tensor they are still defined (no overflow, no read past the
+  // end of `strides`), but a value that does not fit in int64_t saturates:
+  // it becomes INT64_MAX (INT64_MIN if negative, which only malformed
+  // negative sizes or offsets give). A saturated size or extent is larger
+  // than any storage, so a bounds check against one fails. Callers that
+  // need exact values validate first: ValidateTensor rejects every tensor
+  // whose geometry overflows ("size overflows").
+
+  // The product of the sizes (1 for a scalar), multiplied out from the first
+  // size with saturation; 0 whenever a size is 0, however large the others.
   int64_t numel() const;
   int64_t element_size() const { return DTypeSize(dtype); }
-  int64_t nbytes() const { return numel() * element_size(); }
-  // Row-major contiguous: strides are those of a dense array of `shape`.
+  // numel() * element_size(), saturated.
+  int64_t nbytes() const;
+  // Row-major contiguous: strides are those of a dense array of `shape`
+  // (ContiguousStrides, saturation included). False if shape and strides
+  // differ in length.
   bool IsContiguous() const;
   // The bytes of the storage the view can touch: [begin, end), relative to
   // the storage's start. Empty (begin == end) for a tensor of no elements.
+  // Saturated as above: for [2^62 + 1] with stride 4 of f32 it is
+  // {0, INT64_MAX}, not a wrapped-around small range. If shape and strides
+  // differ in length (and numel() != 0), end is INT64_MAX.
   std::pair<int64_t, int64_t> ByteExtent() const;
   // "'name' (bf16 [4, 8] strides [8, 1] offset 0)".
   std::string Describe() const;
 };
 
-// Row-major strides for `shape`.
+// Row-major strides for `shape`: each is the product of the sizes after it.
+// A stride that does not fit in int64_t saturates at INT64_MAX (possible
+// only where a later size is so large that numel() overflows, or where an
+// earlier size is 0 and the tensor is empty).
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 
-// OK if `tensor` is a well-formed view: a storage is set, shape and strides
-// have the same length, sizes are non-negative, strides non-negative, and
-// every element lies inside the storage. Errors: kInvalidArgument naming the
-// tensor and the problem.
+// OK if `tensor` is a well-formed view: a storage is set, the dtype is one
+// of the enum's values, shape and strides have the same length, sizes,
+// strides and offset are non-negative, the element count, the byte size and
+// the byte extent all fit in int64_t, the storage's memory is not null (or
+// released) unless the view has no elements, and every element lies inside
+// the storage. On OK, numel(), nbytes() and ByteExtent() are exact.
+// Errors: kInvalidArgument whose message names the tensor (Describe) and
+//   the problem; "size overflows" when a size does not fit in int64_t.
 Status ValidateTensor(const Tensor& tensor);
 
 // Sets the do-not-offload flag (TE's mark_not_offload).

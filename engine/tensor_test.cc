@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -293,6 +294,194 @@ TEST_F(TensorTest, ValidateRejectsNegativeSizeAndOffset) {
   EXPECT_THAT(ValidateTensor(negative_offset),
               StatusIs(StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("weird"), HasSubstr("offset"))));
+}
+
+// Hostile geometry (issue 9). Before overflow checks, each of these wrapped
+// around to a small extent that fit its storage and validated.
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+
+TEST_F(TensorTest, ValidateRejectsElementCountWhoseBytesOverflow) {
+  // [2^62 + 1] f32 with stride 4: numel fits, bytes and extent do not (they
+  // wrapped to 4 and offloaded a 4-byte span).
+  Tensor t = NewTensor(DType::kF32, {1}, "huge");
+  t.shape = {(int64_t{1} << 62) + 1};
+  t.strides = {4};
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("huge"), HasSubstr("size overflows"))));
+}
+
+TEST_F(TensorTest, ValidateRejectsBroadcastViewWhoseElementCountOverflows) {
+  // [2^32, 2^32] strides [0, 0]: the extent is one element, numel is 2^64.
+  Tensor t = NewTensor(DType::kF32, {1}, "broadcast");
+  t.shape = {int64_t{1} << 32, int64_t{1} << 32};
+  t.strides = {0, 0};
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("broadcast"),
+                             HasSubstr("size overflows"))));
+
+  // The overflow can come at a later dimension.
+  Tensor later = NewTensor(DType::kI64, {1}, "later");
+  later.shape = {1, int64_t{1} << 20, int64_t{1} << 20, int64_t{1} << 30};
+  later.strides = {0, 0, 0, 0};
+  EXPECT_THAT(ValidateTensor(later),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("later"), HasSubstr("size overflows"))));
+}
+
+TEST_F(TensorTest, ValidateRejectsBroadcastViewWhoseBytesOverflow) {
+  // numel 2^62 fits in int64_t; times 4 bytes it does not.
+  Tensor t = NewTensor(DType::kF32, {1}, "wide");
+  t.shape = {int64_t{1} << 31, int64_t{1} << 31};
+  t.strides = {0, 0};
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("wide"), HasSubstr("size overflows"))));
+}
+
+TEST_F(TensorTest, ValidateRejectsOffsetWhoseBytesOverflow) {
+  Tensor t = NewTensor(DType::kF32, {1}, "far");
+  t.offset = kMax / 2;
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("far"), HasSubstr("size overflows"))));
+  Tensor empty = t;  // even with no elements, the offset is out of range
+  empty.shape = {0};
+  EXPECT_THAT(ValidateTensor(empty),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("far"), HasSubstr("size overflows"))));
+}
+
+TEST_F(TensorTest, ValidateRejectsStridesWhoseExtentOverflows) {
+  // numel and nbytes are small; the last element's index is not.
+  Tensor t = NewTensor(DType::kU8, {1}, "spread");
+  t.shape = {3, 2};
+  t.strides = {kMax / 2, 1};
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("spread"),
+                             HasSubstr("size overflows"))));
+}
+
+TEST_F(TensorTest, EmptyViewWithHugeSizesIsNotAnOverflow) {
+  // A size of 0 makes the element count 0 whatever the other sizes are.
+  Tensor t = NewTensor(DType::kF32, {1}, "nothing");
+  t.shape = {int64_t{1} << 62, int64_t{1} << 62, 0};
+  t.strides = {0, 0, 1};
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.nbytes(), 0);
+  EXPECT_THAT(t.ByteExtent(), Pair(0, 0));
+  EXPECT_OK(ValidateTensor(t));
+}
+
+TEST(TensorOverflowTest, GeometryOfOverflowingTensorsSaturates) {
+  Tensor t;
+  t.dtype = DType::kF32;
+  t.shape = {int64_t{1} << 32, int64_t{1} << 32};
+  t.strides = {0, 0};
+  EXPECT_EQ(t.numel(), kMax);
+  EXPECT_EQ(t.nbytes(), kMax);
+  EXPECT_THAT(t.ByteExtent(), Pair(0, 4));  // the extent itself fits
+
+  t.shape = {int64_t{1} << 31, int64_t{1} << 31};
+  EXPECT_EQ(t.numel(), int64_t{1} << 62);
+  EXPECT_EQ(t.nbytes(), kMax);
+
+  t.shape = {(int64_t{1} << 62) + 1};
+  t.strides = {4};
+  EXPECT_EQ(t.nbytes(), kMax);
+  EXPECT_THAT(t.ByteExtent(), Pair(0, kMax));
+
+  t.shape = {1};
+  t.strides = {1};
+  t.offset = kMax / 2;
+  EXPECT_THAT(t.ByteExtent(), Pair(kMax, kMax));
+}
+
+TEST(TensorOverflowTest, ContiguousStridesSaturate) {
+  EXPECT_THAT(ContiguousStrides({0, int64_t{1} << 62, int64_t{1} << 62}),
+              ElementsAre(kMax, int64_t{1} << 62, 1));
+  EXPECT_THAT(ContiguousStrides({2, kMax, 2}), ElementsAre(kMax, 2, 1));
+  // Saturated strides are still the tensor's contiguous strides.
+  Tensor t;
+  t.shape = {0, int64_t{1} << 62, int64_t{1} << 62};
+  t.strides = ContiguousStrides(t.shape);
+  EXPECT_TRUE(t.IsContiguous());
+}
+
+TEST(TensorOverflowTest, MalformedGeometryIsDefined) {
+  // Negative sizes: the product saturates instead of overflowing.
+  Tensor t;
+  t.dtype = DType::kI64;
+  t.shape = {kMin, -1};
+  t.strides = {1, 1};
+  EXPECT_EQ(t.numel(), kMax);
+  EXPECT_EQ(t.nbytes(), kMax);
+  t.shape = {kMin, 2};
+  EXPECT_EQ(t.numel(), kMin);
+  EXPECT_EQ(t.nbytes(), kMin);
+  t.ByteExtent();  // defined, if meaningless
+  t.IsContiguous();
+  ContiguousStrides(t.shape);
+
+  // Strides shorter than the shape are never read past their end.
+  Tensor ragged;
+  ragged.dtype = DType::kF32;
+  ragged.shape = {4, 4};
+  ragged.strides = {};
+  EXPECT_THAT(ragged.ByteExtent(), Pair(0, kMax));
+  EXPECT_FALSE(ragged.IsContiguous());
+}
+
+TEST(DTypeTest, ValuesOutsideTheEnumAreNamedUnknown) {
+  EXPECT_EQ(DTypeSize(static_cast<DType>(77)), 1);
+  EXPECT_EQ(DTypeName(static_cast<DType>(77)), "unknown");
+  EXPECT_EQ(DTypeSize(static_cast<DType>(-1)), 1);
+  EXPECT_EQ(DTypeName(static_cast<DType>(-1)), "unknown");
+}
+
+TEST_F(TensorTest, ValidateRejectsDTypeOutsideTheEnum) {
+  Tensor t = NewTensor(DType::kF32, {4}, "alien");
+  t.dtype = static_cast<DType>(77);
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("alien"), HasSubstr("dtype"),
+                             HasSubstr("77"))));
+}
+
+// Memory that claims a size but has no address, as a broken binding might.
+class NullMemory final : public StorageMemory {
+ public:
+  void* data() const override { return nullptr; }
+  int64_t size_bytes() const override { return 64; }
+  MemorySpace space() const override { return MemorySpace::kDevice; }
+  const Backend* backend() const override { return nullptr; }
+  Status ReleaseAfter(Stream&) override { return OkStatus(); }
+};
+
+TEST_F(TensorTest, ValidateRejectsNullMemory) {
+  Tensor t;
+  t.name = "ghost";
+  t.shape = {16};
+  t.strides = {1};
+  t.storage = std::make_shared<Storage>(std::make_unique<NullMemory>());
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("ghost"), HasSubstr("null"))));
+  Tensor empty = t;  // a view of no bytes touches no memory
+  empty.shape = {0};
+  EXPECT_OK(ValidateTensor(empty));
+}
+
+TEST_F(TensorTest, ValidateRejectsReleasedStorage) {
+  Tensor t = NewTensor(DType::kF32, {16}, "freed");
+  ASSERT_OK(t.storage->memory().ReleaseAfter(sim_->ComputeStream()));
+  ASSERT_EQ(t.storage->data(), nullptr);
+  EXPECT_THAT(ValidateTensor(t),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("freed"), HasSubstr("released"))));
 }
 
 TEST_F(TensorTest, CopiesOfATensorShareStorageAndReadyEvent) {
