@@ -1,6 +1,7 @@
 #include "fuzz/fuzz_program.h"
 
 #include <climits>
+#include <cstdio>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -151,30 +152,33 @@ std::string FuzzOp::ToString() const {
   std::string s = kNames[static_cast<int>(kind)];
   if (kind == Kind::kCreate) {
     const OffloadOptions& o = options;
-    s += "(enabled=" + std::to_string(o.enabled) +
-         " layers=" + std::to_string(o.model_layers) +
-         " k=" + std::to_string(o.offloaded_layers) +
-         " manual=" + std::to_string(o.manual_synchronization) +
-         " retain=" + std::to_string(o.retain_pinned_buffers) +
-         " skip_sparse=" + std::to_string(o.skip_sparse_views) +
-         " min_elements=" + std::to_string(o.min_offload_elements) +
-         " coverage=" + std::to_string(o.min_span_coverage) +
-         " offload_stream=" + std::to_string(offload_stream) + " table=";
-    if (!o.schedule) s += "none";
+    char buffer[160];
+    std::snprintf(buffer, sizeof(buffer),
+                  "(enabled=%d layers=%d k=%d manual=%d retain=%d "
+                  "skip_sparse=%d min_elements=%lld coverage=%.2f stream=%d",
+                  o.enabled, o.model_layers, o.offloaded_layers,
+                  o.manual_synchronization, o.retain_pinned_buffers,
+                  o.skip_sparse_views,
+                  static_cast<long long>(o.min_offload_elements),
+                  o.min_span_coverage, offload_stream);
+    s += buffer;
     for (const auto& [layer, e] : o.schedule.value_or(ScheduleTable{})) {
-      s += "[" + std::to_string(layer) + ":" + (e.offload_fwd ? "F" : "B") +
-           std::to_string(e.offload_num) + (e.reload_fwd ? "F" : "B") +
-           std::to_string(e.reload_num) + "]";
+      std::snprintf(buffer, sizeof(buffer), " %d:%c%d%c%d", layer,
+                    e.offload_fwd ? 'F' : 'B', e.offload_num,
+                    e.reload_fwd ? 'F' : 'B', e.reload_num);
+      s += buffer;
     }
     return s + ")";
   }
   for (const TensorSpec& t : tensors) {
-    s += " {kind=" + std::to_string(static_cast<int>(t.kind)) +
-         " hold=" + std::to_string(t.hold) +
-         " ready=" + std::to_string(t.ready_event) + " " +
-         std::to_string(t.rows) + "x" + std::to_string(t.cols) + " " +
-         std::string(DTypeName(t.dtype)) + " extra=" + std::to_string(t.extra) +
-         "}";
+    char buffer[96];
+    std::snprintf(buffer, sizeof(buffer),
+                  " {kind=%d hold=%d ready=%d %lldx%lld %s extra=%d}",
+                  static_cast<int>(t.kind), t.hold, t.ready_event,
+                  static_cast<long long>(t.rows),
+                  static_cast<long long>(t.cols),
+                  std::string(DTypeName(t.dtype)).c_str(), t.extra);
+    s += buffer;
   }
   if (kind == Kind::kArmFault) {
     return s + "(kind=" + std::to_string(arg) + " skip=" +

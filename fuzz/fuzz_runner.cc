@@ -100,15 +100,12 @@ class Runner {
   }
 
   void Arm(int kind, int skip, int count) {
-    switch (static_cast<FaultKind>(kind)) {
-      case FaultKind::kPinned: return backend_.FailPinnedAllocations(skip, count);
-      case FaultKind::kDevice: return backend_.FailDeviceAllocations(skip, count);
-      case FaultKind::kCopy: return backend_.FailCopies(skip, count);
-      case FaultKind::kNewStream: return backend_.FailNewStreams(skip, count);
-      case FaultKind::kNewEvent: return backend_.FailNewEvents(skip, count);
-      case FaultKind::kRecord: return backend_.FailRecords(skip, count);
-      case FaultKind::kWait: return backend_.FailWaits(skip, count);
-    }
+    using F = FaultInjectingBackend;
+    static constexpr void (F::*kFail[kNumFaultKinds])(int, int) = {
+        &F::FailPinnedAllocations, &F::FailDeviceAllocations, &F::FailCopies,
+        &F::FailNewStreams,        &F::FailNewEvents,         &F::FailRecords,
+        &F::FailWaits};
+    (backend_.*kFail[kind])(skip, count);
   }
 
   void Step(const FuzzOp& op) {
@@ -119,39 +116,24 @@ class Runner {
     if (offloader_ == nullptr) return;
     Offloader& o = *offloader_;
     switch (op.kind) {
-      case Kind::kDestroy:
-        offloader_.reset();
-        return;
-      case Kind::kForwardStep:
-        (void)Check(o.ForwardStep().status(), "ForwardStep");
-        return;
+      case Kind::kDestroy: return offloader_.reset();
+      case Kind::kForwardStep: return (void)Check(o.ForwardStep().status(), "ForwardStep");
       case Kind::kBackwardStep:
-        if (Check(o.BackwardStep(op.arg), "BackwardStep")) backward_ = true;
+        backward_ |= Check(o.BackwardStep(op.arg), "BackwardStep");
         return;
-      case Kind::kFinishBackward: {
+      case Kind::kFinishBackward:
         // The iteration ends, whatever fails, iff a backward step was taken.
         (void)Check(o.FinishBackward(), "FinishBackward");
-        if (backward_) ++iteration_;
+        iteration_ += backward_ ? 1 : 0;
         backward_ = false;
         return;
-      }
-      case Kind::kPush:
-      case Kind::kPushComposite:
-        return Push(op);
-      case Kind::kPop:
-      case Kind::kPopComposite:
-        return Pop(op);
-      case Kind::kStartOffload:
-        (void)Check(o.StartOffload(op.arg), "StartOffload");
-        return;
+      case Kind::kPush: case Kind::kPushComposite: return Push(op);
+      case Kind::kPop: case Kind::kPopComposite: return Pop(op);
+      case Kind::kStartOffload: return (void)Check(o.StartOffload(op.arg), "StartOffload");
       case Kind::kReleaseForwardMemory:
-        (void)Check(o.ReleaseForwardMemory(op.arg), "ReleaseForwardMemory");
-        return;
-      case Kind::kStartReload:
-        (void)Check(o.StartReload(op.arg), "StartReload");
-        return;
-      default:
-        return;
+        return (void)Check(o.ReleaseForwardMemory(op.arg), "ReleaseForwardMemory");
+      case Kind::kStartReload: return (void)Check(o.StartReload(op.arg), "StartReload");
+      default: return;
     }
   }
 
