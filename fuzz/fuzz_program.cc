@@ -43,7 +43,8 @@ ScheduleTable DecodeTable(ByteReader& in, int n) {
     if ((q & 0x80) != 0 || layer >= n) {  // raw: often invalid
       entry = {(r & 1) != 0, (r >> 1) % (n + 2), (q & 1) != 0,
                (q >> 1) % (n + 2)};
-    } else {  // valid (schedule.h): own forward < release <= reload <= own backward
+    } else {  // valid (schedule.h): own forward < release <= reload <= own
+              // backward
       const int last = 2 * n - layer;
       const int release = layer + 2 + r % (last - layer - 1);
       const int reload = release + q % (last - release + 1);
@@ -146,9 +147,10 @@ FuzzProgram DecodeProgram(std::span<const uint8_t> data) {
 
 std::string FuzzOp::ToString() const {
   static constexpr const char* kNames[] = {
-      "Create", "Destroy", "ForwardStep", "BackwardStep", "FinishBackward",
-      "Push", "PushComposite", "Pop", "PopComposite", "StartOffload",
-      "ReleaseForwardMemory", "StartReload", "ArmFault", "RunFor"};
+      "Create",         "Destroy",      "ForwardStep",          "BackwardStep",
+      "FinishBackward", "Push",         "PushComposite",        "Pop",
+      "PopComposite",   "StartOffload", "ReleaseForwardMemory", "StartReload",
+      "ArmFault",       "RunFor"};
   std::string s = kNames[static_cast<int>(kind)];
   if (kind == Kind::kCreate) {
     const OffloadOptions& o = options;
@@ -181,8 +183,9 @@ std::string FuzzOp::ToString() const {
     s += buffer;
   }
   if (kind == Kind::kArmFault) {
-    return s + "(kind=" + std::to_string(arg) + " skip=" +
-           std::to_string(skip) + " count=" + std::to_string(count) + ")";
+    return s + "(kind=" + std::to_string(arg) +
+           " skip=" + std::to_string(skip) + " count=" + std::to_string(count) +
+           ")";
   }
   return tensors.empty() ? s + "(" + std::to_string(arg) + ")" : s;
 }

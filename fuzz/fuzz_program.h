@@ -17,7 +17,8 @@
 //                       layer byte: < 0xF0: b % (layers + 1) (the last is
 //                       out of range), else a far-out value
 //     Push              one TensorSpec
-//     PushComposite     byte: 1 + (b & 3) % 3 components, present mask b>>2 & 7,
+//     PushComposite     byte: 1 + (b & 3) % 3 components, present mask b>>2 &
+//     7,
 //                       metadata length b >> 5; metadata; a TensorSpec per
 //                       present component
 //     Pop, PopComposite byte: the handle that many back from the newest
@@ -44,7 +45,13 @@
 namespace offload::fuzz {
 
 enum class FaultKind {
-  kPinned, kDevice, kCopy, kNewStream, kNewEvent, kRecord, kWait
+  kPinned,
+  kDevice,
+  kCopy,
+  kNewStream,
+  kNewEvent,
+  kRecord,
+  kWait
 };
 inline constexpr int kNumFaultKinds = 7;
 
@@ -71,20 +78,31 @@ struct TensorSpec {
 
 struct FuzzOp {
   enum class Kind {
-    kCreate, kDestroy, kForwardStep, kBackwardStep, kFinishBackward, kPush,
-    kPushComposite, kPop, kPopComposite, kStartOffload,
-    kReleaseForwardMemory, kStartReload, kArmFault, kRunFor,
+    kCreate,
+    kDestroy,
+    kForwardStep,
+    kBackwardStep,
+    kFinishBackward,
+    kPush,
+    kPushComposite,
+    kPop,
+    kPopComposite,
+    kStartOffload,
+    kReleaseForwardMemory,
+    kStartReload,
+    kArmFault,
+    kRunFor,
   };
   static constexpr int kNumKinds = 14;
 
   Kind kind = Kind::kDestroy;
   int arg = 0;  // layer, handle back-index, fault kind, or microseconds
-  int skip = 0, count = 0;           // kArmFault
-  OffloadOptions options;            // kCreate
-  bool offload_stream = false;       // kCreate: make one for options
-  std::vector<TensorSpec> tensors;   // kPush: one; kPushComposite: present
-  std::vector<bool> present;         // kPushComposite: per component
-  std::vector<uint8_t> metadata;     // kPushComposite
+  int skip = 0, count = 0;          // kArmFault
+  OffloadOptions options;           // kCreate
+  bool offload_stream = false;      // kCreate: make one for options
+  std::vector<TensorSpec> tensors;  // kPush: one; kPushComposite: present
+  std::vector<bool> present;        // kPushComposite: per component
+  std::vector<uint8_t> metadata;    // kPushComposite
 
   std::string ToString() const;
 };

@@ -85,16 +85,16 @@ class Runner {
 
   // True if OK; a violation unless a failure is a clear Status.
   bool Check(const Status& status, const char* call) {
-    if (verbose_) std::fprintf(stderr, "  %s: %s\n", call, status.ToString().c_str());
+    if (verbose_)
+      std::fprintf(stderr, "  %s: %s\n", call, status.ToString().c_str());
     if (status.ok()) return true;
     const StatusCode code = status.code();
-    if (status.message().empty() ||
-        (code != StatusCode::kInvalidArgument &&
-         code != StatusCode::kFailedPrecondition &&
-         code != StatusCode::kResourceExhausted &&
-         code != StatusCode::kInternal)) {
-      Fail(std::string(call) + " returned an unclear error: " +
-           status.ToString());
+    if (status.message().empty() || (code != StatusCode::kInvalidArgument &&
+                                     code != StatusCode::kFailedPrecondition &&
+                                     code != StatusCode::kResourceExhausted &&
+                                     code != StatusCode::kInternal)) {
+      Fail(std::string(call) +
+           " returned an unclear error: " + status.ToString());
     }
     return false;
   }
@@ -102,8 +102,12 @@ class Runner {
   void Arm(int kind, int skip, int count) {
     using F = FaultInjectingBackend;
     static constexpr void (F::*kFail[kNumFaultKinds])(int, int) = {
-        &F::FailPinnedAllocations, &F::FailDeviceAllocations, &F::FailCopies,
-        &F::FailNewStreams,        &F::FailNewEvents,         &F::FailRecords,
+        &F::FailPinnedAllocations,
+        &F::FailDeviceAllocations,
+        &F::FailCopies,
+        &F::FailNewStreams,
+        &F::FailNewEvents,
+        &F::FailRecords,
         &F::FailWaits};
     (backend_.*kFail[kind])(skip, count);
   }
@@ -116,8 +120,10 @@ class Runner {
     if (offloader_ == nullptr) return;
     Offloader& o = *offloader_;
     switch (op.kind) {
-      case Kind::kDestroy: return offloader_.reset();
-      case Kind::kForwardStep: return (void)Check(o.ForwardStep().status(), "ForwardStep");
+      case Kind::kDestroy:
+        return offloader_.reset();
+      case Kind::kForwardStep:
+        return (void)Check(o.ForwardStep().status(), "ForwardStep");
       case Kind::kBackwardStep:
         backward_ |= Check(o.BackwardStep(op.arg), "BackwardStep");
         return;
@@ -127,13 +133,21 @@ class Runner {
         iteration_ += backward_ ? 1 : 0;
         backward_ = false;
         return;
-      case Kind::kPush: case Kind::kPushComposite: return Push(op);
-      case Kind::kPop: case Kind::kPopComposite: return Pop(op);
-      case Kind::kStartOffload: return (void)Check(o.StartOffload(op.arg), "StartOffload");
+      case Kind::kPush:
+      case Kind::kPushComposite:
+        return Push(op);
+      case Kind::kPop:
+      case Kind::kPopComposite:
+        return Pop(op);
+      case Kind::kStartOffload:
+        return (void)Check(o.StartOffload(op.arg), "StartOffload");
       case Kind::kReleaseForwardMemory:
-        return (void)Check(o.ReleaseForwardMemory(op.arg), "ReleaseForwardMemory");
-      case Kind::kStartReload: return (void)Check(o.StartReload(op.arg), "StartReload");
-      default: return;
+        return (void)Check(o.ReleaseForwardMemory(op.arg),
+                           "ReleaseForwardMemory");
+      case Kind::kStartReload:
+        return (void)Check(o.StartReload(op.arg), "StartReload");
+      default:
+        return;
     }
   }
 
@@ -157,7 +171,8 @@ class Runner {
 
   // The tensor `spec` asks for and its expected pop; nullopt when making it
   // failed (an injected fault).
-  std::optional<std::pair<Tensor, Expected>> MakeTensor(const TensorSpec& spec) {
+  std::optional<std::pair<Tensor, Expected>> MakeTensor(
+      const TensorSpec& spec) {
     const bool on_base = spec.kind == TensorKind::kRowSlice ||
                          spec.kind == TensorKind::kSame ||
                          spec.kind == TensorKind::kBaseSparse;
@@ -169,7 +184,8 @@ class Runner {
       seed = next_seed_++;
       std::vector<int64_t> shape = {spec.rows, spec.cols};
       if (spec.kind == TensorKind::kSmall) shape = {1, 1 + spec.cols % 4};
-      StatusOr<Tensor> made = MakeDeviceTensor(backend_, spec.dtype, shape, seed);
+      StatusOr<Tensor> made =
+          MakeDeviceTensor(backend_, spec.dtype, shape, seed);
       if (!made.ok()) return std::nullopt;
       t = std::move(made).value();
       if (spec.hold) base_ = t, base_seed_ = seed;
@@ -177,14 +193,21 @@ class Runner {
     const int64_t rows = t.shape[0];
     StatusOr<Tensor> view = t;
     switch (spec.kind) {
-      case TensorKind::kSparse: view = Slice(t, 0, 0, rows, 2 + spec.extra % 7); break;
-      case TensorKind::kRowSlice: view = Slice(t, 0, spec.extra % rows, rows); break;
-      case TensorKind::kTranspose: view = Transpose(t, 0, 1); break;
+      case TensorKind::kSparse:
+        view = Slice(t, 0, 0, rows, 2 + spec.extra % 7);
+        break;
+      case TensorKind::kRowSlice:
+        view = Slice(t, 0, spec.extra % rows, rows);
+        break;
+      case TensorKind::kTranspose:
+        view = Transpose(t, 0, 1);
+        break;
       case TensorKind::kBaseSparse:
         view = Slice(t, 0, rows > 1 ? 1 : 0, rows, 2);
         if (view.ok()) view->flags.offload_base = true;
         break;
-      default: break;
+      default:
+        break;
     }
     if (!view.ok()) {
       Fail("view: " + view.status().ToString());
@@ -197,13 +220,19 @@ class Runner {
         view->ready = std::shared_ptr<Event>(std::move(event).value());
       }
     }
-    Expected expected{view->dtype, view->shape, PatternTensorBytes(*view, seed)};
+    Expected expected{view->dtype, view->shape,
+                      PatternTensorBytes(*view, seed)};
     return std::pair{std::move(view).value(), std::move(expected)};
   }
 
   void Push(const FuzzOp& op) {
-    Handle handle{{}, generation_, iteration_, op.kind == Kind::kPushComposite,
-                  {}, op.metadata, "c" + std::to_string(next_seed_)};
+    Handle handle{{},
+                  generation_,
+                  iteration_,
+                  op.kind == Kind::kPushComposite,
+                  {},
+                  op.metadata,
+                  "c" + std::to_string(next_seed_)};
     CompositeTensor composite{{}, op.metadata, handle.name};
     size_t next = 0;
     for (size_t i = 0; i < std::max<size_t>(op.present.size(), 1); ++i) {
@@ -229,7 +258,9 @@ class Runner {
   // empty handle) and checks what comes back.
   void Pop(const FuzzOp& op) {
     const size_t back = op.arg % (handles_.size() + 1);
-    const Handle* h = back < handles_.size() ? &handles_[handles_.size() - 1 - back] : nullptr;
+    const Handle* h = back < handles_.size()
+                          ? &handles_[handles_.size() - 1 - back]
+                          : nullptr;
     const SavedTensor empty;
     const SavedTensor& saved = h ? h->saved : empty;
     CompositeTensor got;
@@ -243,7 +274,8 @@ class Runner {
       got.components.emplace_back(std::move(popped).value());
     }
     if (h == nullptr) return Fail("an empty handle popped");
-    if (h->generation != generation_) return Fail("a handle of a destroyed Offloader popped");
+    if (h->generation != generation_)
+      return Fail("a handle of a destroyed Offloader popped");
     if (enabled_ && h->iteration != iteration_) {
       return Fail("a handle of iteration " + std::to_string(h->iteration) +
                   " popped in iteration " + std::to_string(iteration_));
@@ -254,7 +286,8 @@ class Runner {
     if (h->composite && (got.name != h->name || got.metadata != h->metadata)) {
       return Fail("composite name or metadata changed");
     }
-    if (got.components.size() != h->parts.size()) return Fail("component count changed");
+    if (got.components.size() != h->parts.size())
+      return Fail("component count changed");
     for (size_t i = 0; i < h->parts.size(); ++i) {
       const std::string part = "component " + std::to_string(i) + ": ";
       if (got.components[i].has_value() != h->parts[i].has_value()) {
@@ -270,8 +303,10 @@ class Runner {
       // simulator itself so that no fault hits the check.
       t.ready = nullptr;
       StatusOr<std::vector<uint8_t>> bytes = ReadTensorBytes(sim_, t);
-      if (!bytes.ok()) return Fail(part + "unreadable: " + bytes.status().ToString());
-      if (*bytes != h->parts[i]->bytes) return Fail(part + "wrong bytes in " + t.Describe());
+      if (!bytes.ok())
+        return Fail(part + "unreadable: " + bytes.status().ToString());
+      if (*bytes != h->parts[i]->bytes)
+        return Fail(part + "wrong bytes in " + t.Describe());
     }
   }
 
@@ -282,7 +317,7 @@ class Runner {
   bool enabled_ = true;
   int generation_ = 0;
   uint64_t iteration_ = 0;
-  bool backward_ = false;  // a BackwardStep succeeded in this iteration
+  bool backward_ = false;       // a BackwardStep succeeded in this iteration
   std::optional<Tensor> base_;  // held by the caller; later views share it
   uint64_t base_seed_ = 0;
   uint64_t next_seed_ = 1;

@@ -23,8 +23,7 @@ namespace offload::fuzz {
 
 // The first violation found (naming the call, its index and what was
 // wrong), or nullopt. `verbose`: print each call and its status to stderr.
-std::optional<std::string> RunProgram(const FuzzProgram& program,
-                                      bool verbose);
+std::optional<std::string> RunProgram(const FuzzProgram& program, bool verbose);
 
 }  // namespace offload::fuzz
 
