@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,21 @@ struct Handle {
   std::vector<uint8_t> metadata;
   std::string name;
 };
+
+// What a failed call must leave unchanged (API.md: "A failed call changes
+// no state"): host bytes, statistics, group states.
+std::vector<int64_t> Snapshot(const Offloader* o, int layers) {
+  if (o == nullptr) return {};
+  const OffloaderStats& s = o->stats();
+  std::vector<int64_t> snapshot = {o->OffloadedBytes(), s.tensors_offloaded,
+                                   s.tensors_kept,      s.spans_offloaded,
+                                   s.bytes_offloaded,   s.bytes_reloaded,
+                                   s.pinned_allocations};
+  for (int layer = 0; layer < layers; ++layer) {
+    snapshot.push_back(static_cast<int64_t>(o->state(layer)));
+  }
+  return snapshot;
+}
 
 std::unique_ptr<Backend> NewSim(uint64_t seed) {
   SimOptions options;
@@ -96,6 +112,16 @@ class Runner {
       Fail(std::string(call) +
            " returned an unclear error: " + status.ToString());
     }
+    // Argument and state errors change nothing (FinishBackward ends the
+    // iteration whatever fails; Create has no state before).
+    const std::string_view name = call;
+    if ((code == StatusCode::kInvalidArgument ||
+         code == StatusCode::kFailedPrecondition) &&
+        name != "FinishBackward" && name != "Create" &&
+        Snapshot(offloader_.get(), layers_) != before_) {
+      Fail(std::string(call) + " failed (" + status.ToString() +
+           ") but changed the Offloader's state");
+    }
     return false;
   }
 
@@ -118,6 +144,7 @@ class Runner {
     if (op.kind == Kind::kArmFault) return Arm(op.arg, op.skip, op.count);
     if (op.kind == Kind::kRunFor) return sim_.RunFor(int64_t{op.arg} * 1000);
     if (offloader_ == nullptr) return;
+    before_ = Snapshot(offloader_.get(), layers_);
     Offloader& o = *offloader_;
     switch (op.kind) {
       case Kind::kDestroy:
@@ -164,6 +191,7 @@ class Runner {
     if (!Check(made.status(), "Create")) return;
     offloader_ = std::move(made).value();
     enabled_ = options.enabled;
+    layers_ = options.model_layers;
     ++generation_;
     iteration_ = 0;
     backward_ = false;
@@ -315,6 +343,8 @@ class Runner {
   const bool verbose_;
   std::unique_ptr<Offloader> offloader_;
   bool enabled_ = true;
+  int layers_ = 0;
+  std::vector<int64_t> before_;  // Snapshot before the current call
   int generation_ = 0;
   uint64_t iteration_ = 0;
   bool backward_ = false;       // a BackwardStep succeeded in this iteration

@@ -3,6 +3,9 @@
 // promise for any call sequence:
 //  - every error is a clear Status: a non-empty message and one of
 //    kInvalidArgument, kFailedPrecondition, kResourceExhausted, kInternal;
+//    argument and state errors (the first two) change no state: group
+//    states, OffloadedBytes and stats are as before (except FinishBackward,
+//    which ends the iteration whatever fails);
 //  - handles of a destroyed Offloader, of an earlier iteration, empty
 //    handles and composite/plain mix-ups are rejected;
 //  - every popped tensor has the dtype, shape and bytes it was pushed with
