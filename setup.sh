@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing this project needs on a fresh Debian 12
 # machine: Bazel 4 (Debian's bazel-bootstrap), a C++20 compiler, GoogleTest,
-# GoogleMock, RapidCheck and Google Benchmark. Idempotent: packages already
+# GoogleMock, RapidCheck, Google Benchmark, and clang with its libFuzzer and
+# sanitizer runtimes (for //fuzz:offload_fuzz_test). Idempotent: packages already
 # present are not touched, and nothing is downloaded when all are there.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ packages=(
   libgmock-dev
   librapidcheck-dev
   libbenchmark-dev
+  clang
+  libclang-rt-14-dev
 )
 
 missing=()
