@@ -1,0 +1,180 @@
+// OffloadGroup's releases: dropping device storages, pinned buffers and
+// reloaded spans, each ordered after the work that uses it (offload_group.h).
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "engine/core/offload_group.h"
+
+namespace offload {
+namespace {
+
+std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
+
+// Keeps the first error.
+void Merge(Status& first, const Status& status) {
+  if (first.ok() && !status.ok()) first = status;
+}
+
+}  // namespace
+
+Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
+  for (Entry& entry : entries_) {
+    if (entry.span >= 0 && spans_[entry.span].device != nullptr) {
+      entry.tensor.storage.reset();
+    }
+  }
+  if (!ordered) {
+    // Copies may still read them: keep a reference to each until the
+    // compute stream can be ordered after the D2H stream, whoever else
+    // holds them (their last holder's free would race the copy too).
+    std::vector<Storage*> seen;
+    for (Span& span : spans_) {
+      if (span.device == nullptr) continue;
+      if (std::find(seen.begin(), seen.end(), span.device.get()) ==
+          seen.end()) {
+        seen.push_back(span.device.get());
+        core_.Keep(span.device, core_.d2h(), Where(), why);
+      }
+      span.device.reset();
+    }
+    return OkStatus();
+  }
+  // How many of the group's own references each storage has.
+  std::map<Storage*, int> internal;
+  for (const Span& span : spans_) {
+    if (span.device != nullptr) ++internal[span.device.get()];
+  }
+  Status first = OkStatus();
+  for (Span& span : spans_) {
+    if (span.device == nullptr) continue;
+    auto it = internal.find(span.device.get());
+    if (it != internal.end()) {
+      if (span.device.use_count() > it->second ||
+          span.device->memory().HeldOutside()) {
+        core_.stats().bytes_retained_by_caller += span.bytes;
+        core_.Warn(Where() + ": " + Bytes(span.bytes) + " copied to host "
+                   "stay on device because the caller still holds their "
+                   "storage; offloading them saved no memory");
+      } else if (it->second == 1) {
+        Merge(first, core_.FreeOnCompute(span.device, Where()));
+      }
+      if (--it->second == 0) internal.erase(it);
+    }
+    span.device.reset();
+  }
+  return first;
+}
+
+Status OffloadGroup::ReleaseHost(bool retain_pinned) {
+  if (host_.empty()) return OkStatus();
+  Stream& last_user =
+      host_last_user_ != nullptr ? *host_last_user_ : core_.d2h();
+  Status status = OkStatus();
+  if (retain_pinned) {
+    status = core_.pinned().Give(std::move(host_), pinned_tag_, last_user);
+  } else {
+    std::vector<Buffer> failed;
+    for (Buffer& host : host_) {
+      Status freed = core_.backend().Free(host, last_user);
+      if (!freed.ok()) {
+        Merge(status, freed);
+        // Kept (never freed unordered): handed to the pool, which frees
+        // it in order at the end.
+        failed.push_back(std::move(host));
+      }
+    }
+    if (!failed.empty()) {
+      Merge(status, core_.pinned().Give(std::move(failed), -1, last_user));
+    }
+  }
+  host_.clear();
+  host_last_user_ = nullptr;
+  return status;
+}
+
+void OffloadGroup::Truncate(int size) {
+  if (size >= 0 && size < static_cast<int>(entries_.size())) {
+    entries_.resize(size);
+  }
+}
+
+Status OffloadGroup::OrderAfterProducers() {
+  // Entries that no copy ordered: never offloaded, kept on device, or left
+  // on device (skipped sparse views). Their producer may have run on
+  // another stream; once the group drops them, their last holder frees them
+  // on its stream, so the compute stream first waits for their ready point.
+  // (Push events were recorded on the compute stream: already ordered.)
+  const bool none_copied = state_ == GroupState::kNotOffloaded ||
+                           state_ == GroupState::kKeptOnDevice;
+  Status first = OkStatus();
+  std::vector<Event*> waited;
+  for (Entry& entry : entries_) {
+    if (entry.tensor.storage == nullptr || entry.ready == nullptr ||
+        entry.push_order >= 0 || (!none_copied && entry.span >= 0)) {
+      continue;
+    }
+    if (std::find(waited.begin(), waited.end(), entry.ready.get()) !=
+        waited.end()) {
+      continue;
+    }
+    Status status = core_.compute().Wait(*entry.ready);
+    if (status.ok()) {
+      waited.push_back(entry.ready.get());
+      continue;
+    }
+    Merge(first, status);
+    core_.KeepUntil(entry.tensor.storage, entry.ready, Where(), status);
+  }
+  return first;
+}
+
+Status OffloadGroup::ReleaseAll(bool retain_pinned) {
+  Status first = OrderAfterProducers();
+  // Copies may still read the device storages.
+  if (state_ == GroupState::kOffloadStarted) {
+    Status ordered = offload_done_ != nullptr
+                         ? core_.compute().Wait(*offload_done_)
+                         : OkStatus();
+    Merge(first, ordered);
+    Merge(first, DropDeviceStorages(ordered.ok(), ordered));
+  } else if (state_ == GroupState::kKeptOnDevice && copies_pending_) {
+    // Copies enqueued before a failure kept the group on device: the
+    // storages go with the entries below, once the compute stream is
+    // ordered after them.
+    StatusOr<Event*> point = EnsureEvent(order_point_);
+    Status ordered = point.ok() ? core_.ComputeWaitsFor(core_.d2h(), **point)
+                                : point.status();
+    if (!ordered.ok()) {
+      Merge(first, ordered);
+      Merge(first, DropDeviceStorages(/*ordered=*/false, ordered));
+    }
+  }
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    Span& span = spans_[k];
+    if (span.reloaded == nullptr) continue;
+    if (span.reloaded.use_count() == 1 && !span.reloaded->memory().HeldOutside()) {
+      // Never popped: the compute stream has not waited for the reload yet.
+      Status ordered = span.waited
+                           ? OkStatus()
+                           : core_.compute().Wait(*span_reloaded_[k]);
+      if (ordered.ok()) {
+        Merge(first, core_.FreeOnCompute(span.reloaded, Where()));
+      } else {
+        Merge(first, ordered);
+        core_.Keep(span.reloaded, core_.h2d(), Where(), ordered);
+      }
+    }
+    span.reloaded.reset();
+  }
+  // Pinned buffers are free once the last copy that used them is done.
+  Merge(first, ReleaseHost(retain_pinned));
+  entries_.clear();
+  spans_.clear();
+  copies_pending_ = false;
+  state_ = GroupState::kReleased;
+  return first;
+}
+
+}  // namespace offload

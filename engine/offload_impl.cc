@@ -1,0 +1,353 @@
+// The layer policy: when each layer's group moves (default k-of-n, a
+// schedule table, or manual calls), and the push/pop hooks.
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/offload_impl.h"
+
+namespace offload {
+namespace {
+
+std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
+
+// SPEC §1.2: what is never offloaded.
+bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
+  return tensor.flags.parameter || tensor.flags.weight ||
+         tensor.flags.do_not_offload ||
+         tensor.storage->space() != MemorySpace::kDevice ||
+         tensor.numel() < min_elements;
+}
+
+void Merge(Status& first, const Status& status) {
+  if (first.ok() && !status.ok()) first = status;
+}
+
+}  // namespace
+
+// Ends the collection of the open layer's pushes; with automatic scheduling
+// an offloaded layer starts its offload now. Idempotent.
+Status Offloader::Impl::CloseForward() {
+  if (open_layer_ < 0) return OkStatus();
+  OffloadGroup& group = Group(open_layer_);
+  if (!options_.manual_synchronization && WillOffload(open_layer_) &&
+      group.state() == GroupState::kNotOffloaded) {
+    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
+  }
+  open_layer_ = -1;
+  return OkStatus();
+}
+
+// The releases and reloads the schedule puts at `step`. Each acts only on a
+// group in the state before it, so a step retried after a failed reload
+// does only what is left.
+Status Offloader::Impl::RunStep(int step) {
+  if (auto it = release_at_.find(step); it != release_at_.end()) {
+    for (int layer : it->second) {
+      OffloadGroup& group = Group(layer);
+      if (group.state() == GroupState::kOffloadStarted) {
+        OFFLOAD_RETURN_IF_ERROR(group.ReleaseForwardMemory());
+      }
+    }
+  }
+  if (auto it = reload_at_.find(step); it != reload_at_.end()) {
+    for (int layer : it->second) {
+      OffloadGroup& group = Group(layer);
+      if (group.state() == GroupState::kOffloadFinished) {
+        OFFLOAD_RETURN_IF_ERROR(group.StartReload());
+      }
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<int> Offloader::Impl::ForwardStep() {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return forward_count_++ % n;
+  if (backward_count_ > 0) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": the backward pass began; "
+        "call FinishBackward before the next forward");
+  }
+  if (forward_count_ == n) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": all " + std::to_string(n) +
+        " layers already ran forward; call BackwardStep and FinishBackward "
+        "first");
+  }
+  const int layer = forward_count_;
+  const std::string where = "ForwardStep to " + LayerName(layer);
+  OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
+  OFFLOAD_RETURN_IF_ERROR(
+      RunStep(ScheduleStep(n, true, layer + 1)).WithContext(where));
+  forward_count_ = layer + 1;
+  open_layer_ = layer;
+  return layer;
+}
+
+Status Offloader::Impl::BackwardStep(int layer) {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "BackwardStep(" + LayerName(layer) + ") in " + Iteration();
+  if (layer < 0 || layer >= n) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(n) + " layers");
+  }
+  if (layer >= forward_count_) {
+    return FailedPreconditionError(
+        where + ": its forward has not run (" +
+        std::to_string(forward_count_) + " layers ran forward)");
+  }
+  if (backward_begun_[layer]) {
+    return FailedPreconditionError(where + ": its backward already began");
+  }
+  OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
+  // The previous backward layer is done: drop its memory. Once released it
+  // stays so, even if an ordering call failed (its memory is then kept).
+  if (last_backward_ >= 0) {
+    OffloadGroup& previous = Group(last_backward_);
+    if (previous.state() != GroupState::kReleased) {
+      OFFLOAD_RETURN_IF_ERROR(
+          previous.ReleaseAll(options_.retain_pinned_buffers)
+              .WithContext(where));
+    }
+  }
+  OFFLOAD_RETURN_IF_ERROR(
+      RunStep(ScheduleStep(n, false, backward_count_ + 1)).WithContext(where));
+  backward_begun_[layer] = true;
+  backward_count_++;
+  last_backward_ = layer;
+  return OkStatus();
+}
+
+Status Offloader::Impl::FinishBackward() {
+  if (!options_.enabled) {
+    forward_count_ = 0;
+    return OkStatus();
+  }
+  if (backward_count_ == 0) {
+    return FailedPreconditionError("FinishBackward in " + Iteration() +
+                                   ": no backward step was taken");
+  }
+  // The iteration ends whatever fails here; memory whose free could not be
+  // ordered is kept (warned) and the first such error returned.
+  Status first = OkStatus();
+  open_layer_ = -1;
+  for (auto& group : groups_) {
+    if (group == nullptr) continue;
+    if (group->state() != GroupState::kReleased) {
+      Merge(first, group->ReleaseAll(options_.retain_pinned_buffers));
+    }
+    group->BeginIteration();
+  }
+  Merge(first, core_.RetryKept());
+  iteration_++;
+  forward_count_ = 0;
+  backward_count_ = 0;
+  last_backward_ = -1;
+  backward_begun_.assign(options_.model_layers, false);
+  return first.WithContext("FinishBackward (the iteration ended)");
+}
+
+Status Offloader::Impl::CheckPush(const std::string& what) const {
+  if (open_layer_ >= 0) return OkStatus();
+  std::string why =
+      forward_count_ == 0
+          ? "no ForwardStep yet in " + Iteration()
+          : "the forward of " + LayerName(forward_count_ - 1) +
+                " was closed (by StartOffload or a BackwardStep)";
+  return FailedPreconditionError("Push of " + what +
+                                 ": no layer's forward is open: " + why);
+}
+
+StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
+                                               int layer) {
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    ++core_.stats().tensors_kept;
+    return Kept(tensor, layer);
+  }
+  OffloadGroup& group = Group(layer);
+  std::shared_ptr<Event> ready = tensor.ready;
+  const bool from_push = ready == nullptr;
+  if (from_push) {
+    OFFLOAD_ASSIGN_OR_RETURN(ready, group.NextPushEvent());
+    OFFLOAD_RETURN_IF_ERROR(core_.compute().Record(*ready));
+  }
+  const int index = group.Add(tensor, std::move(ready), from_push);
+  ++core_.stats().tensors_offloaded;
+  return SavedTensor(owner_, iteration_, layer,
+                     SavedTensor::InGroup{layer, index});
+}
+
+StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
+  if (!options_.enabled) return Kept(tensor, -1);
+  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
+  const int layer = open_layer_;
+  // SPEC §4.4: no processing at all for layers that are not offloaded.
+  if (!WillOffload(layer)) return Kept(tensor, layer);
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckOffloadable(tensor, "Push in " + LayerName(layer)));
+  return PushOne(tensor, layer);
+}
+
+Status Offloader::Impl::CheckOffloadable(const Tensor& tensor,
+                                         const std::string& where) const {
+  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor).WithContext(where));
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    return OkStatus();  // handed back untouched
+  }
+  if (tensor.storage->backend() != &core_.backend()) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its storage belongs to another backend");
+  }
+  if (tensor.ready != nullptr && !core_.backend().Owns(*tensor.ready)) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its ready event belongs to another "
+                                "backend");
+  }
+  return OkStatus();
+}
+
+StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
+  const bool enabled = options_.enabled;
+  if (enabled) {
+    OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
+  }
+  const int layer = enabled ? open_layer_ : -1;
+  const bool offloaded = enabled && WillOffload(layer);
+  // Check every component before touching anything: a failed push adds
+  // nothing to the group.
+  if (offloaded) {
+    for (size_t i = 0; i < tensor.components.size(); ++i) {
+      if (!tensor.components[i].has_value()) continue;
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+          *tensor.components[i], "Push in " + LayerName(layer) +
+                                     " of composite '" + tensor.name +
+                                     "' component " + std::to_string(i)));
+    }
+  }
+  // All or nothing: a component that fails to push (its ready point could
+  // not be recorded) takes the earlier ones out of the group again.
+  const int group_size = offloaded ? Group(layer).size() : 0;
+  const OffloaderStats stats_before = core_.stats();
+  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
+  for (const std::optional<Tensor>& component : tensor.components) {
+    if (!component.has_value()) {
+      composite.components.emplace_back();
+    } else if (!offloaded) {
+      composite.components.emplace_back(Kept(*component, layer));
+    } else {
+      StatusOr<SavedTensor> part = PushOne(*component, layer);
+      if (!part.ok()) {
+        Group(layer).Truncate(group_size);
+        core_.stats() = stats_before;
+        return part.status().WithContext("Push of composite '" + tensor.name +
+                                         "' (no component was pushed)");
+      }
+      composite.components.emplace_back(std::move(part).value());
+    }
+  }
+  return SavedTensor(owner_, iteration_, layer, std::move(composite));
+}
+
+Status Offloader::Impl::CheckHandle(const SavedTensor& saved,
+                                    const char* call) const {
+  if (saved.owner() == 0) {
+    return InvalidArgumentError(std::string(call) +
+                                ": an empty SavedTensor (not from Push)");
+  }
+  if (saved.owner() != owner_) {
+    return InvalidArgumentError(std::string(call) +
+                                ": the SavedTensor belongs to another "
+                                "Offloader");
+  }
+  if (options_.enabled && saved.iteration() != iteration_) {
+    return InvalidArgumentError(
+        std::string(call) + ": the SavedTensor was pushed in iteration " +
+        std::to_string(saved.iteration()) + ", this is " + Iteration());
+  }
+  return OkStatus();
+}
+
+StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
+  if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
+  const SavedTensor::InGroup* entry = saved.group_entry();
+  if (entry == nullptr || entry->group < 0 ||
+      entry->group >= static_cast<int>(groups_.size())) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (no group " +
+                                std::string(entry ? std::to_string(entry->group)
+                                                  : "entry") + ")");
+  }
+  if (groups_[entry->group] == nullptr) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (" +
+                                LayerName(entry->group) + " has no group)");
+  }
+  return groups_[entry->group]->Pop(entry->index);
+}
+
+StatusOr<Tensor> Offloader::Impl::Pop(const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
+  if (const SavedTensor::Composite* composite = saved.composite()) {
+    return InvalidArgumentError("Pop of composite '" + composite->name +
+                                "': use PopComposite");
+  }
+  return PopOne(saved);
+}
+
+StatusOr<CompositeTensor> Offloader::Impl::PopComposite(
+    const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
+  const SavedTensor::Composite* composite = saved.composite();
+  if (composite == nullptr) {
+    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
+  }
+  CompositeTensor tensor;
+  tensor.name = composite->name;
+  tensor.metadata = composite->metadata;
+  for (const std::optional<SavedTensor>& component : composite->components) {
+    if (!component.has_value()) {
+      tensor.components.emplace_back();
+      continue;
+    }
+    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, PopOne(*component));
+    tensor.components.emplace_back(std::move(part));
+  }
+  return tensor;
+}
+
+Status Offloader::Impl::Manual(const char* call, int layer) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where = std::string(call) + "(" + LayerName(layer) + ")";
+  if (!options_.manual_synchronization) {
+    return FailedPreconditionError(
+        where + ": only with manual_synchronization; otherwise the schedule "
+                "decides when layers offload and reload");
+  }
+  if (layer < 0 || layer >= options_.model_layers) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(options_.model_layers) +
+                                " layers");
+  }
+  if (layer >= forward_count_) {
+    return FailedPreconditionError(where + ": its forward has not begun in " +
+                                   Iteration());
+  }
+  OffloadGroup& group = Group(layer);
+  const std::string name = call;
+  if (name == "StartOffload" && backward_begun_[layer]) {
+    return FailedPreconditionError(where + ": its backward already began in " +
+                                   Iteration());
+  }
+  if (name == "StartOffload") {
+    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
+    if (open_layer_ == layer) open_layer_ = -1;  // closed
+    return OkStatus();
+  }
+  if (name == "ReleaseForwardMemory") return group.ReleaseForwardMemory();
+  return group.StartReload();
+}
+
+}  // namespace offload

@@ -1,0 +1,126 @@
+// Offloader::Impl: TE's layer policy (engine/offload.h) on the shared
+// mechanism of engine/core. Private to the //engine:offload library.
+
+#ifndef OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
+#define OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/group_key.h"
+#include "engine/core/offload_core.h"
+#include "engine/core/offload_group.h"
+#include "engine/offload.h"
+
+namespace offload {
+
+class Offloader::Impl {
+ public:
+  Impl(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
+       Stream& d2h, Stream& h2d)
+      : options_(options),
+        schedule_(std::move(schedule)),
+        core_(backend, d2h, h2d,
+              CoreOptions{options.min_span_coverage, options.skip_sparse_views,
+                          options.warnings_to_stderr}) {
+    const int n = options_.model_layers;
+    // Groups are made when a layer first pushes into one (a disabled or
+    // mostly kept-on-device stack costs nothing per layer).
+    groups_.resize(options_.enabled ? n : 0);
+    backward_begun_.assign(options_.enabled ? n : 0, false);
+    for (const auto& [layer, entry] : schedule_) {
+      release_at_[ScheduleStep(n, entry.offload_fwd, entry.offload_num)]
+          .push_back(layer);
+      reload_at_[ScheduleStep(n, entry.reload_fwd, entry.reload_num)]
+          .push_back(layer);
+    }
+  }
+
+  StatusOr<int> ForwardStep();
+  Status BackwardStep(int layer);
+  Status FinishBackward();
+  StatusOr<SavedTensor> Push(const Tensor& tensor);
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
+  StatusOr<Tensor> Pop(const SavedTensor& saved);
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
+  Status Manual(const char* call, int layer);
+
+  bool WillOffload(int layer) const {
+    if (!options_.enabled || layer < 0 || layer >= options_.model_layers) {
+      return false;
+    }
+    return options_.manual_synchronization || schedule_.count(layer) > 0;
+  }
+  GroupState state(int layer) const {
+    if (layer < 0 || layer >= options_.model_layers) {
+      return GroupState::kNotOffloaded;
+    }
+    const OffloadGroup* group = FindGroup(layer);
+    return group != nullptr ? group->state() : GroupState::kNotOffloaded;
+  }
+  int64_t OffloadedBytes() const {
+    int64_t total = core_.pinned().bytes();
+    for (const auto& group : groups_) {
+      if (group != nullptr) total += group->host_bytes();
+    }
+    return total;
+  }
+  const ScheduleTable& schedule() const { return schedule_; }
+  OffloadCore& core() { return core_; }
+  const OffloadCore& core() const { return core_; }
+
+ private:
+  std::string Iteration() const {
+    return "iteration " + std::to_string(iteration_);
+  }
+  Status CloseForward();
+  Status RunStep(int step);
+  Status CheckPush(const std::string& what) const;
+  Status CheckHandle(const SavedTensor& saved, const char* call) const;
+  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int layer);
+  StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  const OffloadGroup* FindGroup(int layer) const {
+    if (layer < 0 || layer >= static_cast<int>(groups_.size())) return nullptr;
+    return groups_[layer].get();
+  }
+  // The layer's group, made on first use. REQUIRES: 0 <= layer < n, enabled.
+  OffloadGroup& Group(int layer) {
+    std::unique_ptr<OffloadGroup>& group = groups_[layer];
+    if (group == nullptr) {
+      group = std::make_unique<OffloadGroup>(core_, GroupKey::Layer(layer),
+                                             /*pinned_tag=*/layer);
+    }
+    return *group;
+  }
+  // Checks a tensor Push would hand to a group: well-formed, and its memory
+  // and ready event belong to this backend (a foreign storage would be read
+  // through another backend's address space: silent corruption).
+  Status CheckOffloadable(const Tensor& tensor, const std::string& where) const;
+  SavedTensor Kept(const Tensor& tensor, int layer) const {
+    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+  }
+
+  const OffloadOptions options_;
+  const ScheduleTable schedule_;
+  const uint64_t owner_ = NewSavedTensorOwnerId();
+  OffloadCore core_;  // before groups_: they use it until destroyed
+  std::vector<std::unique_ptr<OffloadGroup>> groups_;
+  // The policy: which layers are released / start reloading at each step
+  // (schedule.h: forward of the c-th layer is step c, backward n + c).
+  std::map<int, std::vector<int>> release_at_;
+  std::map<int, std::vector<int>> reload_at_;
+
+  uint64_t iteration_ = 1;
+  int forward_count_ = 0;   // layers whose forward began this iteration
+  int backward_count_ = 0;  // layers whose backward began this iteration
+  int open_layer_ = -1;     // the layer whose pushes are being collected
+  int last_backward_ = -1;  // released when the next backward step begins
+  std::vector<bool> backward_begun_;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
