@@ -21,10 +21,6 @@ bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
          tensor.numel() < min_elements;
 }
 
-void Merge(Status& first, const Status& status) {
-  if (first.ok() && !status.ok()) first = status;
-}
-
 }  // namespace
 
 // Ends the collection of the open layer's pushes; with automatic scheduling
@@ -139,11 +135,11 @@ Status Offloader::Impl::FinishBackward() {
   for (auto& group : groups_) {
     if (group == nullptr) continue;
     if (group->state() != GroupState::kReleased) {
-      Merge(first, group->ReleaseAll(options_.retain_pinned_buffers));
+      first.Update(group->ReleaseAll(options_.retain_pinned_buffers));
     }
     group->BeginIteration();
   }
-  Merge(first, core_.RetryKept());
+  first.Update(core_.RetryKept());
   iteration_++;
   forward_count_ = 0;
   backward_count_ = 0;

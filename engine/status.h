@@ -45,6 +45,13 @@ class [[nodiscard]] Status {
   // Returns a copy whose message is "<prefix>: <message>"; OK stays OK.
   Status WithContext(std::string_view prefix) const;
 
+  // Keeps the first error: if this is OK, becomes `other` (as
+  // absl::Status::Update). For code that goes on after a failure and
+  // reports the first one.
+  void Update(const Status& other) {
+    if (ok() && !other.ok()) *this = other;
+  }
+
   friend bool operator==(const Status&, const Status&) = default;
 
  private:

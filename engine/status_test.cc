@@ -84,6 +84,17 @@ TEST(StatusTest, WithContextPrefixesTheMessageAndKeepsTheCode) {
             "forward step 7: offloading layer 3: pinned pool full");
 }
 
+TEST(StatusTest, UpdateKeepsTheFirstError) {
+  Status status;
+  status.Update(OkStatus());
+  EXPECT_TRUE(status.ok());
+  status.Update(InternalError("first"));
+  status.Update(InvalidArgumentError("second"));
+  status.Update(OkStatus());
+  EXPECT_EQ(status.code(), StatusCode::kInternal);
+  EXPECT_EQ(status.message(), "first");
+}
+
 TEST(StatusTest, WithContextLeavesOkAlone) {
   const Status status = OkStatus().WithContext("layer 3");
   EXPECT_TRUE(status.ok());

@@ -91,7 +91,7 @@ Status OffloadCore::RetryKept() {
       status = kept.storage->memory().ReleaseAfter(compute_);
     }
     if (!status.ok()) {
-      if (first.ok()) first = status;
+      first.Update(status);
       still.push_back(std::move(kept));
     }
   }

@@ -16,11 +16,6 @@ std::string Percent(double fraction) {
          std::to_string(static_cast<int>(fraction * 1000.0 + 0.5) % 10) + "%";
 }
 
-// Keeps the first error.
-void Merge(Status& first, const Status& status) {
-  if (first.ok() && !status.ok()) first = status;
-}
-
 }  // namespace
 
 OffloadGroup::~OffloadGroup() {
@@ -291,7 +286,7 @@ Status OffloadGroup::StartReload() {
   auto free_new = [&](std::vector<Buffer>& buffers, Stream& stream) {
     Status first = OkStatus();
     for (Buffer& b : buffers) {
-      if (!b.empty()) Merge(first, backend.Free(b, stream));
+      if (!b.empty()) first.Update(backend.Free(b, stream));
     }
     return first;
   };

@@ -12,11 +12,6 @@ namespace {
 
 std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
 
-// Keeps the first error.
-void Merge(Status& first, const Status& status) {
-  if (first.ok() && !status.ok()) first = status;
-}
-
 }  // namespace
 
 Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
@@ -58,7 +53,7 @@ Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
                    "stay on device because the caller still holds their "
                    "storage; offloading them saved no memory");
       } else if (it->second == 1) {
-        Merge(first, core_.FreeOnCompute(span.device, Where()));
+        first.Update(core_.FreeOnCompute(span.device, Where()));
       }
       if (--it->second == 0) internal.erase(it);
     }
@@ -79,14 +74,14 @@ Status OffloadGroup::ReleaseHost(bool retain_pinned) {
     for (Buffer& host : host_) {
       Status freed = core_.backend().Free(host, last_user);
       if (!freed.ok()) {
-        Merge(status, freed);
+        status.Update(freed);
         // Kept (never freed unordered): handed to the pool, which frees
         // it in order at the end.
         failed.push_back(std::move(host));
       }
     }
     if (!failed.empty()) {
-      Merge(status, core_.pinned().Give(std::move(failed), -1, last_user));
+      status.Update(core_.pinned().Give(std::move(failed), -1, last_user));
     }
   }
   host_.clear();
@@ -124,7 +119,7 @@ Status OffloadGroup::OrderAfterProducers() {
       waited.push_back(entry.ready.get());
       continue;
     }
-    Merge(first, status);
+    first.Update(status);
     core_.KeepUntil(entry.tensor.storage, entry.ready, Where(), status);
   }
   return first;
@@ -137,8 +132,8 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
     Status ordered = offload_done_ != nullptr
                          ? core_.compute().Wait(*offload_done_)
                          : OkStatus();
-    Merge(first, ordered);
-    Merge(first, DropDeviceStorages(ordered.ok(), ordered));
+    first.Update(ordered);
+    first.Update(DropDeviceStorages(ordered.ok(), ordered));
   } else if (state_ == GroupState::kKeptOnDevice && copies_pending_) {
     // Copies enqueued before a failure kept the group on device: the
     // storages go with the entries below, once the compute stream is
@@ -147,8 +142,8 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
     Status ordered = point.ok() ? core_.ComputeWaitsFor(core_.d2h(), **point)
                                 : point.status();
     if (!ordered.ok()) {
-      Merge(first, ordered);
-      Merge(first, DropDeviceStorages(/*ordered=*/false, ordered));
+      first.Update(ordered);
+      first.Update(DropDeviceStorages(/*ordered=*/false, ordered));
     }
   }
   for (size_t k = 0; k < spans_.size(); ++k) {
@@ -160,16 +155,16 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
                            ? OkStatus()
                            : core_.compute().Wait(*span_reloaded_[k]);
       if (ordered.ok()) {
-        Merge(first, core_.FreeOnCompute(span.reloaded, Where()));
+        first.Update(core_.FreeOnCompute(span.reloaded, Where()));
       } else {
-        Merge(first, ordered);
+        first.Update(ordered);
         core_.Keep(span.reloaded, core_.h2d(), Where(), ordered);
       }
     }
     span.reloaded.reset();
   }
   // Pinned buffers are free once the last copy that used them is done.
-  Merge(first, ReleaseHost(retain_pinned));
+  first.Update(ReleaseHost(retain_pinned));
   entries_.clear();
   spans_.clear();
   copies_pending_ = false;

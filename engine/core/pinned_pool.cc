@@ -87,8 +87,7 @@ Status PinnedPool::Give(std::vector<Buffer> buffers, int64_t tag,
 Status PinnedPool::Clear() {
   Status first = OkStatus();
   for (Pooled& p : pooled_) {
-    Status status = FreeOrKeep(p.buffer, *p.last_user);
-    if (first.ok()) first = status;
+    first.Update(FreeOrKeep(p.buffer, *p.last_user));
   }
   pooled_.clear();
   return first;
@@ -102,8 +101,7 @@ Status PinnedPool::Clear(int64_t tag) {
       kept.push_back(std::move(p));
       continue;
     }
-    Status status = FreeOrKeep(p.buffer, *p.last_user);
-    if (first.ok()) first = status;
+    first.Update(FreeOrKeep(p.buffer, *p.last_user));
   }
   pooled_ = std::move(kept);
   return first;
