@@ -6,20 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/push_checks.h"
 #include "engine/offload_impl.h"
 
 namespace offload {
 namespace {
 
 std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
-
-// SPEC §1.2: what is never offloaded.
-bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
-  return tensor.flags.parameter || tensor.flags.weight ||
-         tensor.flags.do_not_offload ||
-         tensor.storage->space() != MemorySpace::kDevice ||
-         tensor.numel() < min_elements;
-}
 
 }  // namespace
 
@@ -165,14 +158,7 @@ StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
     ++core_.stats().tensors_kept;
     return Kept(tensor, layer);
   }
-  OffloadGroup& group = Group(layer);
-  std::shared_ptr<Event> ready = tensor.ready;
-  const bool from_push = ready == nullptr;
-  if (from_push) {
-    OFFLOAD_ASSIGN_OR_RETURN(ready, group.NextPushEvent());
-    OFFLOAD_RETURN_IF_ERROR(core_.compute().Record(*ready));
-  }
-  const int index = group.Add(tensor, std::move(ready), from_push);
+  OFFLOAD_ASSIGN_OR_RETURN(const int index, Group(layer).AddPushed(tensor));
   ++core_.stats().tensors_offloaded;
   return SavedTensor(owner_, iteration_, layer,
                      SavedTensor::InGroup{layer, index});
@@ -191,20 +177,8 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
 
 Status Offloader::Impl::CheckOffloadable(const Tensor& tensor,
                                          const std::string& where) const {
-  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor).WithContext(where));
-  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
-    return OkStatus();  // handed back untouched
-  }
-  if (tensor.storage->backend() != &core_.backend()) {
-    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
-                                ": its storage belongs to another backend");
-  }
-  if (tensor.ready != nullptr && !core_.backend().Owns(*tensor.ready)) {
-    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
-                                ": its ready event belongs to another "
-                                "backend");
-  }
-  return OkStatus();
+  return offload::CheckOffloadable(tensor, core_.backend(),
+                                   options_.min_offload_elements, where);
 }
 
 StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
@@ -300,18 +274,9 @@ StatusOr<CompositeTensor> Offloader::Impl::PopComposite(
   if (composite == nullptr) {
     return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
   }
-  CompositeTensor tensor;
-  tensor.name = composite->name;
-  tensor.metadata = composite->metadata;
-  for (const std::optional<SavedTensor>& component : composite->components) {
-    if (!component.has_value()) {
-      tensor.components.emplace_back();
-      continue;
-    }
-    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, PopOne(*component));
-    tensor.components.emplace_back(std::move(part));
-  }
-  return tensor;
+  return PopComponents(*composite, [this](const SavedTensor& component) {
+    return PopOne(component);
+  });
 }
 
 Status Offloader::Impl::Manual(const char* call, int layer) {

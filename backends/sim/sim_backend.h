@@ -134,6 +134,14 @@ class SimBackend final : public Backend {
   const std::vector<Hazard>& hazards() const { return detector_.hazards(); }
   SimMemoryStats device_memory() const { return stats_[0]; }
   SimMemoryStats pinned_memory() const { return stats_[1]; }
+  // Starts a new high-water mark of both memories from their live bytes
+  // now (e.g. to measure one iteration after a warm-up).
+  void ResetPeaks() {
+    for (SimMemoryStats& stats : stats_) {
+      stats.peak_bytes = stats.live_bytes;
+      stats.peak_time_ns = now_ns_;
+    }
+  }
   // Everything that happened so far, in order (see sim_trace.h); empty if
   // SimOptions::record_trace is false.
   const std::vector<SimTraceEntry>& trace() const { return trace_; }

@@ -45,6 +45,20 @@ int OffloadGroup::Add(const Tensor& tensor, std::shared_ptr<Event> ready,
   return static_cast<int>(entries_.size()) - 1;
 }
 
+StatusOr<int> OffloadGroup::AddPushed(const Tensor& tensor) {
+  std::shared_ptr<Event> ready = tensor.ready;
+  const bool from_push = ready == nullptr;
+  if (from_push) {
+    OFFLOAD_ASSIGN_OR_RETURN(ready, NextPushEvent());
+    Status recorded = core_.compute().Record(*ready);
+    if (!recorded.ok()) {
+      --next_push_event_;  // unused: the next push takes it again
+      return recorded;
+    }
+  }
+  return Add(tensor, std::move(ready), from_push);
+}
+
 StatusOr<std::shared_ptr<Event>> OffloadGroup::NextPushEvent() {
   if (next_push_event_ == push_events_.size()) {
     OFFLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Event> event,
@@ -127,11 +141,25 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
   // The spans this iteration will copy: the plan's, then one per sparse view
   // made contiguous. Retained pinned buffers must fit them exactly.
   std::vector<int64_t> sizes;
-  for (const PlannedSpan& span : plan.spans) sizes.push_back(span.bytes());
-  if (!options.skip_sparse_views) {
-    for (int index : plan.sparse) sizes.push_back(views[index]->nbytes());
+  std::vector<int64_t> tags;  // the pool tag of each (SpanTags)
+  auto tag = [&](const Tensor& view) {
+    return pinned_tag_ >= 0 ? pinned_tag_
+                            : -16 - static_cast<int64_t>(view.dtype);
+  };
+  for (const PlannedSpan& span : plan.spans) {
+    sizes.push_back(span.bytes());
+    tags.push_back(tag(*views[span.tensors.front()]));
   }
-  if (retain_pinned && !sizes.empty() && !retained_sizes_.empty() &&
+  if (!options.skip_sparse_views) {
+    for (int index : plan.sparse) {
+      sizes.push_back(views[index]->nbytes());
+      tags.push_back(tag(*views[index]));
+    }
+  }
+  // (A pool shared by dtype serves any sizes; only a group's own retained
+  // buffers must fit.)
+  if (retain_pinned && pinned_tag_ >= 0 && !sizes.empty() &&
+      !retained_sizes_.empty() &&
       retained_sizes_ != sizes) {
     // The saved tensors changed shape: the retained buffers no longer fit.
     // Re-plan rather than refuse (which would leave the layer stuck): the
@@ -153,7 +181,7 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
   // stream waits until reused ones are no longer read by the last reload.
   if (!sizes.empty()) {
     StatusOr<std::vector<Buffer>> hosts =
-        core_.pinned().Take(sizes, pinned_tag_, core_.d2h());
+        core_.pinned().Take(sizes, tags, core_.d2h());
     if (!hosts.ok()) {
       int64_t total = 0;
       for (int64_t s : sizes) total += s;
@@ -162,6 +190,7 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
       return OkStatus();
     }
     host_ = std::move(hosts).value();
+    host_tags_ = std::move(tags);
     if (retain_pinned) retained_sizes_ = sizes;
   }
 
@@ -256,6 +285,7 @@ Status OffloadGroup::EnqueueOffloadCopies(bool gathered) {
         span.bytes));
     ++core_.stats().spans_offloaded;
     core_.stats().bytes_offloaded += span.bytes;
+    copied_bytes_ += span.bytes;
   }
   OFFLOAD_ASSIGN_OR_RETURN(Event * done, EnsureEvent(offload_done_));
   return d2h.Record(*done);
@@ -316,6 +346,11 @@ Status OffloadGroup::StartReload() {
   if (status.ok()) status = point.status();
   if (status.ok()) status = compute.Record(**point);
   if (status.ok()) status = h2d.Wait(**point);
+  // SPEC §5.3: a reload waits for its own group's copies to host (the
+  // compute stream, which the H2D stream just waited for, may not have).
+  if (status.ok() && released_unordered_ && offload_done_ != nullptr) {
+    status = h2d.Wait(*offload_done_);
+  }
   if (!status.ok()) {
     // Nothing on the H2D stream uses the new memory yet.
     Status freed = free_new(buffers, compute);
@@ -392,6 +427,8 @@ void OffloadGroup::BeginIteration() {
   entries_.clear();
   spans_.clear();
   copies_pending_ = false;
+  released_unordered_ = false;
+  copied_bytes_ = 0;
   next_push_event_ = 0;
   state_ = GroupState::kNotOffloaded;
 }

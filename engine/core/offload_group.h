@@ -30,8 +30,13 @@ namespace offload {
 
 class OffloadGroup {
  public:
+  // As `pinned_tag`: pool each span's buffer under its dtype (SPEC §5.5's
+  // pool keyed by bytes and dtype, shared by all groups) rather than under
+  // one tag of the group's own.
+  static constexpr int64_t kPinnedTagPerDType = -2;
+
   // `core` must outlive the group. `pinned_tag` is the PinnedPool tag of
-  // the group's retained buffers.
+  // the group's retained buffers (>= 0), or kPinnedTagPerDType.
   OffloadGroup(OffloadCore& core, GroupKey key, int64_t pinned_tag)
       : core_(core), key_(std::move(key)), pinned_tag_(pinned_tag) {}
   ~OffloadGroup();
@@ -73,8 +78,45 @@ class OffloadGroup {
   //   what the ordering wait returns (then nothing changed).
   Status ReleaseForwardMemory();
 
+  // The fine-grained mode's release (SPEC §5.1): the device storages go
+  // back after the copies that read them without the compute stream
+  // waiting. The D2H stream is ordered after the compute stream's current
+  // point, then each span's storage that nobody else holds, and each
+  // storage in `force` that a span of this group copied (upstream's
+  // release_tensors: freed even though the caller holds it, whose views
+  // then have no memory), is freed on the D2H stream. Storages the caller
+  // still holds stay referenced until FreeDroppedStorages finds them
+  // dropped, or ReleaseAll. A no-op when kept on device.
+  // Errors: kFailedPrecondition unless offload_started or kept on device;
+  //   what the ordering calls return (then nothing changed).
+  Status ReleaseAfterCopies(const std::vector<const Storage*>& force);
+
+  // After ReleaseAfterCopies: frees the storages the caller has dropped
+  // since (ordered as there). Errors: what the ordering calls return (then
+  // nothing changed); a failed free keeps that storage (the core's Keep).
+  Status FreeDroppedStorages();
+  // Whether ReleaseAfterCopies left storages the caller still holds.
+  bool holds_caller_storages() const;
+
+  // The compute stream waits until the group's copies to host are done (the
+  // fine-grained mode's in-flight cap, SPEC §5.6). A no-op unless the
+  // offload was enqueued. Errors: what Wait returns.
+  Status ComputeWaitsForOffload();
+
+  // Whether a tensor of the group (not yet copied) views `storage`.
+  bool References(const Storage* storage) const;
+  // Whether a span of the group copies (or copied) `storage`, and still
+  // holds it.
+  bool CopiesStorage(const Storage* storage) const;
+  // Bytes of spans copied to host whose storage the group still holds
+  // because the caller keeps it (after ReleaseAfterCopies).
+  int64_t caller_held_bytes() const;
+  // Bytes the group's spans copied to host in this iteration.
+  int64_t copied_bytes() const { return copied_bytes_; }
+
   // Allocates device memory for every span on the compute stream, makes the
-  // H2D stream wait for that point, copies each span back and records one
+  // H2D stream wait for that point (and for the group's copies to host when
+  // ReleaseAfterCopies released without the compute stream waiting), copies each span back and records one
   // event per span. A no-op when kept on device.
   // Errors: kFailedPrecondition unless offload_finished or kept on device;
   //   kResourceExhausted if device memory runs out, or what an ordering or
@@ -94,6 +136,12 @@ class OffloadGroup {
   // Errors: an ordering call failed; the memory it ordered is kept by the
   //   core (warned), never freed unordered.
   Status ReleaseAll(bool retain_pinned);
+
+  // Push's path: records the tensor's ready point on the compute stream
+  // when it has none, and adds it. Returns its index for Pop.
+  // Errors: what NewEvent or Record return (nothing added).
+  // REQUIRES: as for Add.
+  StatusOr<int> AddPushed(const Tensor& tensor);
 
   // Removes the entries from `size` on (a push that failed half-way).
   // REQUIRES: state() == kNotOffloaded.
@@ -146,6 +194,14 @@ class OffloadGroup {
   Status OrderAfterProducers();
   // Frees (or pools) the pinned buffers after the last copy using them.
   Status ReleaseHost(bool retain_pinned);
+  // The pool tag of each span's pinned buffer.
+  std::vector<int64_t> SpanTags() const;
+  // Makes the D2H stream wait for the compute stream's current point.
+  Status OrderD2HAfterCompute();
+  // Frees, on the D2H stream, the spans' storages that nobody else holds
+  // and those in `force`; a failed free keeps the storage (core's Keep).
+  // REQUIRES: OrderD2HAfterCompute just succeeded.
+  Status FreeDue(const std::vector<const Storage*>& force);
 
   OffloadCore& core_;
   const GroupKey key_;
@@ -154,9 +210,14 @@ class OffloadGroup {
   // Copies may read the device storages (enqueued before a failure kept
   // the group on device): whatever frees them must be ordered after d2h.
   bool copies_pending_ = false;
+  // ReleaseAfterCopies released without the compute stream waiting for the
+  // copies: the reload (and whatever frees what is left) must wait for them.
+  bool released_unordered_ = false;
+  int64_t copied_bytes_ = 0;
   std::vector<Entry> entries_;
   std::vector<Span> spans_;
   std::vector<Buffer> host_;  // one per span
+  std::vector<int64_t> host_tags_;  // their pool tags
   // Span sizes of the first iteration, when pinned buffers are retained.
   std::vector<int64_t> retained_sizes_;
   // Events, reused across iterations.

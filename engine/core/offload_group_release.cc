@@ -68,7 +68,7 @@ Status OffloadGroup::ReleaseHost(bool retain_pinned) {
       host_last_user_ != nullptr ? *host_last_user_ : core_.d2h();
   Status status = OkStatus();
   if (retain_pinned) {
-    status = core_.pinned().Give(std::move(host_), pinned_tag_, last_user);
+    status = core_.pinned().Give(std::move(host_), host_tags_, last_user);
   } else {
     std::vector<Buffer> failed;
     for (Buffer& host : host_) {
@@ -85,8 +85,91 @@ Status OffloadGroup::ReleaseHost(bool retain_pinned) {
     }
   }
   host_.clear();
+  host_tags_.clear();
   host_last_user_ = nullptr;
   return status;
+}
+
+Status OffloadGroup::ReleaseAfterCopies(
+    const std::vector<const Storage*>& force) {
+  if (state_ == GroupState::kKeptOnDevice) return OkStatus();
+  if (state_ != GroupState::kOffloadStarted) {
+    return WrongState("ReleaseAfterCopies");
+  }
+  OFFLOAD_RETURN_IF_ERROR(OrderD2HAfterCompute());
+  state_ = GroupState::kOffloadFinished;
+  released_unordered_ = true;
+  for (Entry& entry : entries_) {
+    if (entry.span >= 0 && spans_[entry.span].device != nullptr) {
+      entry.tensor.storage.reset();
+    }
+  }
+  return FreeDue(force);
+}
+
+Status OffloadGroup::FreeDroppedStorages() {
+  if (!released_unordered_) return OkStatus();
+  bool due = false;
+  for (const Span& span : spans_) {
+    due = due || (span.device != nullptr && span.device.use_count() == 1 &&
+                  !span.device->memory().HeldOutside());
+  }
+  if (!due) return OkStatus();
+  OFFLOAD_RETURN_IF_ERROR(OrderD2HAfterCompute());
+  return FreeDue({});
+}
+
+bool OffloadGroup::holds_caller_storages() const {
+  if (!released_unordered_) return false;
+  for (const Span& span : spans_) {
+    if (span.device != nullptr) return true;
+  }
+  return false;
+}
+
+Status OffloadGroup::OrderD2HAfterCompute() {
+  // Work already enqueued on the compute stream may still read the
+  // storages; the copies to host are on the D2H stream before the frees.
+  OFFLOAD_ASSIGN_OR_RETURN(Event * point, EnsureEvent(order_point_));
+  OFFLOAD_RETURN_IF_ERROR(core_.compute().Record(*point));
+  return core_.d2h().Wait(*point);
+}
+
+Status OffloadGroup::FreeDue(const std::vector<const Storage*>& force) {
+  Status first = OkStatus();
+  for (Span& span : spans_) {
+    if (span.device == nullptr) continue;
+    const bool forced = std::find(force.begin(), force.end(),
+                                  span.device.get()) != force.end();
+    if (!forced && (span.device.use_count() > 1 ||
+                    span.device->memory().HeldOutside())) {
+      continue;  // the caller still holds it
+    }
+    Status freed = span.device->memory().ReleaseAfter(core_.d2h());
+    if (!freed.ok()) {
+      first.Update(freed);
+      core_.Keep(span.device, core_.d2h(), Where(), freed);
+    }
+    span.device.reset();
+  }
+  return first;
+}
+
+Status OffloadGroup::ComputeWaitsForOffload() {
+  if (offload_done_ == nullptr ||
+      (state_ != GroupState::kOffloadStarted &&
+       state_ != GroupState::kOffloadFinished &&
+       state_ != GroupState::kReloadStarted)) {
+    return OkStatus();
+  }
+  return core_.compute().Wait(*offload_done_);
+}
+
+bool OffloadGroup::References(const Storage* storage) const {
+  for (const Entry& entry : entries_) {
+    if (entry.tensor.storage.get() == storage) return true;
+  }
+  return false;
 }
 
 void OffloadGroup::Truncate(int size) {
@@ -134,6 +217,13 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
                          : OkStatus();
     first.Update(ordered);
     first.Update(DropDeviceStorages(ordered.ok(), ordered));
+  } else if (holds_caller_storages()) {
+    // Released without the compute stream waiting, but the caller kept
+    // some storages: before the group's reference goes (the caller's last
+    // drop frees on the compute stream) the copies must be done.
+    Status ordered = core_.compute().Wait(*offload_done_);
+    first.Update(ordered);
+    first.Update(DropDeviceStorages(ordered.ok(), ordered));
   } else if (state_ == GroupState::kKeptOnDevice && copies_pending_) {
     // Copies enqueued before a failure kept the group on device: the
     // storages go with the entries below, once the compute stream is
@@ -168,8 +258,25 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
   entries_.clear();
   spans_.clear();
   copies_pending_ = false;
+  released_unordered_ = false;
   state_ = GroupState::kReleased;
   return first;
+}
+
+bool OffloadGroup::CopiesStorage(const Storage* storage) const {
+  for (const Span& span : spans_) {
+    if (span.device.get() == storage) return true;
+  }
+  return false;
+}
+
+int64_t OffloadGroup::caller_held_bytes() const {
+  if (!released_unordered_) return 0;
+  int64_t total = 0;
+  for (const Span& span : spans_) {
+    if (span.device != nullptr) total += span.bytes;
+  }
+  return total;
 }
 
 }  // namespace offload

@@ -6,13 +6,14 @@
 namespace offload {
 
 StatusOr<std::vector<Buffer>> PinnedPool::Take(
-    const std::vector<int64_t>& sizes, int64_t tag, Stream& writer) {
+    const std::vector<int64_t>& sizes, const std::vector<int64_t>& tags,
+    Stream& writer) {
   std::vector<Buffer> out(sizes.size());
   std::vector<Pooled> reused;  // taken from pooled_, put back on failure
   Status status = OkStatus();
   for (size_t i = 0; i < sizes.size() && status.ok(); ++i) {
     auto it = std::find_if(pooled_.begin(), pooled_.end(), [&](const Pooled& p) {
-      return p.tag == tag && p.buffer.size() == sizes[i];
+      return p.tag == tags[i] && p.buffer.size() == sizes[i];
     });
     if (it != pooled_.end()) {
       reused.push_back(std::move(*it));
@@ -45,11 +46,12 @@ StatusOr<std::vector<Buffer>> PinnedPool::Take(
   for (Buffer& buffer : out) {
     if (!buffer.empty()) ++stats_.pinned_allocations;
   }
-  // Fill the gaps with the reused buffers, matching sizes in order.
+  // Fill the gaps with the reused buffers, matching sizes and tags in order.
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (!out[i].empty()) continue;
     auto it = std::find_if(reused.begin(), reused.end(), [&](const Pooled& p) {
-      return !p.buffer.empty() && p.buffer.size() == sizes[i];
+      return !p.buffer.empty() && p.buffer.size() == sizes[i] &&
+             p.tag == tags[i];
     });
     out[i] = std::move(it->buffer);
   }
@@ -62,8 +64,8 @@ Status PinnedPool::FreeOrKeep(Buffer& buffer, Stream& stream) {
   return status;
 }
 
-Status PinnedPool::Give(std::vector<Buffer> buffers, int64_t tag,
-                        Stream& last_user) {
+Status PinnedPool::Give(std::vector<Buffer> buffers,
+                        const std::vector<int64_t>& tags, Stream& last_user) {
   if (buffers.empty()) return OkStatus();
   StatusOr<std::unique_ptr<Event>> event = backend_.NewEvent();
   Status status = event.status();
@@ -78,8 +80,9 @@ Status PinnedPool::Give(std::vector<Buffer> buffers, int64_t tag,
     return status;
   }
   std::shared_ptr<Event> free_after = std::move(event).value();
-  for (Buffer& buffer : buffers) {
-    pooled_.push_back(Pooled{std::move(buffer), tag, &last_user, free_after});
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    pooled_.push_back(
+        Pooled{std::move(buffers[i]), tags[i], &last_user, free_after});
   }
   return OkStatus();
 }

@@ -38,14 +38,26 @@ class PinnedPool {
   // Errors: what AllocatePinned or Stream::Wait return; then nothing
   //   changed (new buffers, never used, are returned at once).
   StatusOr<std::vector<Buffer>> Take(const std::vector<int64_t>& sizes,
-                                     int64_t tag, Stream& writer);
+                                     int64_t tag, Stream& writer) {
+    return Take(sizes, std::vector<int64_t>(sizes.size(), tag), writer);
+  }
+  // The same with a tag per buffer. REQUIRES: tags.size() == sizes.size().
+  StatusOr<std::vector<Buffer>> Take(const std::vector<int64_t>& sizes,
+                                     const std::vector<int64_t>& tags,
+                                     Stream& writer);
 
   // Pools `buffers` under `tag`; each may be reused once the work enqueued
   // on `last_user` so far has completed.
   // Errors: what NewEvent or Record return. Then the buffers are not
   //   pooled but freed, ordered on `last_user`; if even that fails they
   //   are kept (never freed unordered) and counted in leaked_bytes().
-  Status Give(std::vector<Buffer> buffers, int64_t tag, Stream& last_user);
+  Status Give(std::vector<Buffer> buffers, int64_t tag, Stream& last_user) {
+    std::vector<int64_t> tags(buffers.size(), tag);
+    return Give(std::move(buffers), tags, last_user);
+  }
+  // The same with a tag per buffer. REQUIRES: tags.size() == buffers.size().
+  Status Give(std::vector<Buffer> buffers, const std::vector<int64_t>& tags,
+              Stream& last_user);
 
   // Frees the pooled buffers of `tag`, each ordered on its last user's
   // stream. Errors: the first failed Free (that buffer is kept, counted in

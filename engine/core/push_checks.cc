@@ -1,0 +1,45 @@
+#include "engine/core/push_checks.h"
+
+namespace offload {
+
+bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
+  return tensor.flags.parameter || tensor.flags.weight ||
+         tensor.flags.do_not_offload ||
+         tensor.storage->space() != MemorySpace::kDevice ||
+         tensor.numel() < min_elements;
+}
+
+Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
+                        int64_t min_elements, const std::string& where) {
+  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor).WithContext(where));
+  if (NeverOffloaded(tensor, min_elements)) return OkStatus();
+  if (tensor.storage->backend() != &backend) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its storage belongs to another backend");
+  }
+  if (tensor.ready != nullptr && !backend.Owns(*tensor.ready)) {
+    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+                                ": its ready event belongs to another "
+                                "backend");
+  }
+  return OkStatus();
+}
+
+StatusOr<CompositeTensor> PopComponents(
+    const SavedTensor::Composite& composite,
+    const std::function<StatusOr<Tensor>(const SavedTensor&)>& pop_one) {
+  CompositeTensor tensor;
+  tensor.name = composite.name;
+  tensor.metadata = composite.metadata;
+  for (const std::optional<SavedTensor>& component : composite.components) {
+    if (!component.has_value()) {
+      tensor.components.emplace_back();
+      continue;
+    }
+    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, pop_one(*component));
+    tensor.components.emplace_back(std::move(part));
+  }
+  return tensor;
+}
+
+}  // namespace offload

@@ -1,0 +1,308 @@
+// The fine-grained policy, backward side: chunks in backward order, groups
+// in reverse commit order, reload one group ahead (SPEC §5.2, §5.3), and
+// the warm-up's freeze (§5.4).
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "engine/core/push_checks.h"
+#include "engine/pipeline/pipeline_impl.h"
+
+namespace offload {
+
+Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
+  if (!options_.enabled) return OkStatus();
+  const ChunkId id{stage, microbatch};
+  const std::string where =
+      "StartChunkBackward(" + id.ToString() + ") in " + Iteration();
+  auto it = std::find_if(chunks_.begin(), chunks_.end(),
+                         [&](const Chunk& c) { return c.id == id; });
+  if (it == chunks_.end()) {
+    return FailedPreconditionError(where + ": its forward has not run");
+  }
+  const int index = static_cast<int>(it - chunks_.begin());
+  const int front = FrontChunk();
+  if (index != front) {
+    return FailedPreconditionError(
+        where + ": the next chunk in backward order (SPEC §5.2) is " +
+        (front >= 0 ? chunks_[front].id.ToString()
+                    : std::string("not known yet (its forward has not run)")));
+  }
+  if (!it->open.empty()) {
+    return FailedPreconditionError(where + ": " + SlotName(it->open.back()) +
+                                   " is still open");
+  }
+  if (backward_chunk_ >= 0) {
+    const Chunk& previous = chunks_[backward_chunk_];
+    if (previous.backward_next < static_cast<int>(previous.commits.size()) ||
+        !previous.running.empty()) {
+      return FailedPreconditionError(
+          where + ": the backward of " + previous.id.ToString() +
+          " has groups that did not end");
+    }
+  }
+  if (warmed_up_ && static_cast<int>(it->slots.size()) !=
+                        recorded_groups_[index]) {
+    return FailedPreconditionError(
+        where + ": the workload changed after the warm-up: the chunk ran " +
+        std::to_string(it->slots.size()) + " groups, warm-up ran " +
+        std::to_string(recorded_groups_[index]));
+  }
+  it->forward_ended = true;
+  if (forward_chunk_ == index) forward_chunk_ = -1;
+  it->backward_begun = true;
+  backward_chunk_ = index;
+  ++backward_chunks_;
+  return OkStatus();
+}
+
+Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "GroupBackwardStart('" + std::string(name) + "') in " + Iteration();
+  if (backward_chunk_ < 0) {
+    return FailedPreconditionError(where + ": no chunk's backward is running "
+                                   "(StartChunkBackward first)");
+  }
+  Chunk& chunk = chunks_[backward_chunk_];
+  const int done = chunk.backward_next;
+  if (done >= static_cast<int>(chunk.commits.size())) {
+    return FailedPreconditionError(where + ": every group of " +
+                                   chunk.id.ToString() +
+                                   " already began its backward");
+  }
+  const int slot = chunk.commits[chunk.commits.size() - 1 - done];
+  if (slots_[slot].name != name) {
+    return FailedPreconditionError(
+        where + ": the next group in reverse commit order is " +
+        SlotName(slot));
+  }
+  // Nobody reloaded it ahead: reload now (ordered after its own copies).
+  OffloadGroup& group = *slots_[slot].group;
+  if (group.state() == GroupState::kOffloadFinished) {
+    OFFLOAD_RETURN_IF_ERROR(group.StartReload().WithContext(where));
+  }
+  ++chunk.backward_next;
+  chunk.running.push_back(slot);
+  slots_[slot].backward_begun = true;
+  return OkStatus();
+}
+
+Status PipelineOffloader::Impl::CheckHandle(const SavedTensor& saved,
+                                            const char* call) const {
+  if (saved.owner() == 0) {
+    return InvalidArgumentError(std::string(call) +
+                                ": an empty SavedTensor (not from Push)");
+  }
+  if (saved.owner() != owner_) {
+    return InvalidArgumentError(std::string(call) +
+                                ": the SavedTensor belongs to another "
+                                "offloader");
+  }
+  if (options_.enabled && saved.iteration() != iteration_) {
+    return InvalidArgumentError(
+        std::string(call) + ": the SavedTensor was pushed in iteration " +
+        std::to_string(saved.iteration()) + ", this is " + Iteration());
+  }
+  return OkStatus();
+}
+
+StatusOr<Tensor> PipelineOffloader::Impl::PopOne(const SavedTensor& saved) {
+  if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
+  const SavedTensor::InGroup* entry = saved.group_entry();
+  if (entry == nullptr || entry->group < 0 || entry->group >= next_slot_) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (no group " +
+                                std::string(entry ? std::to_string(entry->group)
+                                                  : "entry") + ")");
+  }
+  OffloadGroup& group = *slots_[entry->group].group;
+  // SPEC §5.8b: a pop before any reload reloads the whole group, ordered
+  // after the group's copies to host — never a read of a half-written
+  // buffer.
+  if (group.state() == GroupState::kOffloadFinished) {
+    OFFLOAD_RETURN_IF_ERROR(group.StartReload().WithContext(
+        "Pop in " + SlotName(entry->group)));
+  }
+  return group.Pop(entry->index);
+}
+
+StatusOr<Tensor> PipelineOffloader::Impl::Pop(const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
+  if (const SavedTensor::Composite* composite = saved.composite()) {
+    return InvalidArgumentError("Pop of composite '" + composite->name +
+                                "': use PopComposite");
+  }
+  return PopOne(saved);
+}
+
+StatusOr<CompositeTensor> PipelineOffloader::Impl::PopComposite(
+    const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
+  const SavedTensor::Composite* composite = saved.composite();
+  if (composite == nullptr) {
+    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
+  }
+  return PopComponents(*composite, [this](const SavedTensor& component) {
+    return PopOne(component);
+  });
+}
+
+Status PipelineOffloader::Impl::GroupBackwardEnd(std::string_view name) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "GroupBackwardEnd('" + std::string(name) + "') in " + Iteration();
+  if (backward_chunk_ < 0) {
+    return FailedPreconditionError(where + ": no chunk's backward is running");
+  }
+  Chunk& chunk = chunks_[backward_chunk_];
+  auto running = std::find_if(chunk.running.rbegin(), chunk.running.rend(),
+                              [&](int s) { return slots_[s].name == name; });
+  if (running == chunk.running.rend()) {
+    return FailedPreconditionError(where + " in " + chunk.id.ToString() +
+                                   ": no group of that name is in its "
+                                   "backward");
+  }
+  const int slot = *running;
+  chunk.running.erase(std::next(running).base());
+  Slot& s = slots_[slot];
+  s.backward_ended = true;
+  if (!warmed_up_) {
+    auto commit = std::find(chunk.commits.begin(), chunk.commits.end(), slot);
+    recorded_[backward_chunk_]
+        .groups[commit - chunk.commits.begin()]
+        .caller_held_bytes = s.group->caller_held_bytes();
+  }
+  pending_release_.erase(
+      std::remove(pending_release_.begin(), pending_release_.end(), slot),
+      pending_release_.end());
+  Status status = s.group->ReleaseAll(options_.pinned_pool);
+  status.Update(ReloadAhead(backward_chunk_));
+  return status.WithContext(where + " of " + SlotName(slot));
+}
+
+Status PipelineOffloader::Impl::ReloadAhead(int chunk_index) {
+  // The next offloaded group of this chunk, in reverse commit order; one
+  // group ahead only (upstream runs several ahead under partial offload
+  // and raises the peak: SPEC §5.8e).
+  const Chunk& chunk = chunks_[chunk_index];
+  for (int i = chunk.backward_next; i < static_cast<int>(chunk.commits.size());
+       ++i) {
+    OffloadGroup& group =
+        *slots_[chunk.commits[chunk.commits.size() - 1 - i]].group;
+    if (group.state() == GroupState::kReloadStarted) return OkStatus();
+    if (group.state() == GroupState::kOffloadFinished) {
+      return group.StartReload();
+    }
+  }
+  // None left: pre-reload, once, the first group to run backward in the
+  // next chunk, if that chunk's forward has ended.
+  const int next = FrontChunk();
+  if (next < 0 || !chunks_[next].forward_ended || chunks_[next].prereloaded) {
+    return OkStatus();
+  }
+  Chunk& ahead = chunks_[next];
+  ahead.prereloaded = true;
+  for (auto it = ahead.commits.rbegin(); it != ahead.commits.rend(); ++it) {
+    OffloadGroup& group = *slots_[*it].group;
+    if (group.state() == GroupState::kReloadStarted) return OkStatus();
+    if (group.state() == GroupState::kOffloadFinished) {
+      return group.StartReload();
+    }
+  }
+  return OkStatus();
+}
+
+Status PipelineOffloader::Impl::FinishIteration() {
+  if (!options_.enabled) return OkStatus();
+  const std::string where = "FinishIteration of " + Iteration();
+  for (const Chunk& chunk : chunks_) {
+    if (!chunk.backward_begun ||
+        chunk.backward_next < static_cast<int>(chunk.commits.size()) ||
+        !chunk.running.empty() || !chunk.open.empty()) {
+      return FailedPreconditionError(where + ": the backward of " +
+                                     chunk.id.ToString() + " did not end");
+    }
+  }
+  OFFLOAD_RETURN_IF_ERROR(order_.CheckComplete().WithContext(where));
+  if (warmed_up_ && chunks_.size() != recorded_.size()) {
+    return FailedPreconditionError(
+        where + ": the workload changed after the warm-up: " +
+        std::to_string(chunks_.size()) + " chunks ran, warm-up ran " +
+        std::to_string(recorded_.size()));
+  }
+  if (!warmed_up_) Freeze();
+  Status first = OkStatus();
+  for (Slot& slot : slots_) {
+    if (slot.group->state() != GroupState::kReleased) {
+      first.Update(slot.group->ReleaseAll(options_.pinned_pool));
+    }
+    slot.group->BeginIteration();
+    slot.offload = slot.committed = false;
+    slot.backward_begun = slot.backward_ended = false;
+  }
+  first.Update(core_.RetryKept());
+  chunks_.clear();
+  order_ = ChunkOrder(options_.virtual_stages);
+  ++iteration_;
+  next_slot_ = 0;
+  forward_chunk_ = backward_chunk_ = -1;
+  backward_chunks_ = 0;
+  pending_release_.clear();
+  return first.WithContext(where + " (the iteration ended)");
+}
+
+void PipelineOffloader::Impl::Freeze() {
+  std::vector<int> backward = order_.backward();
+  plan_ = FreezePlan(recorded_, backward,
+                     FreezeOptions{options_.pipeline_rank,
+                                   options_.delta_offload_bytes,
+                                   options_.activation_offload_fraction});
+  recorded_groups_.clear();
+  recorded_count_.clear();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    recorded_groups_.push_back(static_cast<int>(chunks_[c].slots.size()));
+    recorded_count_.push_back(chunks_[c].count);
+    for (size_t g = 0; g < chunks_[c].commits.size(); ++g) {
+      slots_[chunks_[c].commits[g]].decision = plan_.decision[c][g];
+    }
+  }
+  summary_ = Summarize(recorded_, plan_, options_.pipeline_rank);
+  if (summary_->caller_held_bytes > 0) {
+    core_.Warn("warm-up: " + std::to_string(summary_->caller_held_bytes) +
+               " B copied to host per iteration stay on device because the "
+               "caller keeps their storages (duplicate copies that save no "
+               "memory; SPEC §2.5)");
+  }
+  warmed_up_ = true;
+}
+
+GroupDecision PipelineOffloader::Impl::Decision(int chunk, int index) const {
+  if (!warmed_up_ || chunk < 0 ||
+      chunk >= static_cast<int>(plan_.decision.size()) || index < 0 ||
+      index >= static_cast<int>(plan_.decision[chunk].size())) {
+    return GroupDecision::kNotEligible;
+  }
+  return plan_.decision[chunk][index];
+}
+
+GroupState PipelineOffloader::Impl::state(int stage, int microbatch,
+                                          std::string_view name,
+                                          int ordinal) const {
+  for (int slot = 0; slot < next_slot_; ++slot) {
+    const Slot& s = slots_[slot];
+    if (chunks_[s.chunk].id == ChunkId{stage, microbatch} && s.name == name &&
+        s.ordinal == ordinal) {
+      return s.group->state();
+    }
+  }
+  return GroupState::kNotOffloaded;
+}
+
+int64_t PipelineOffloader::Impl::OffloadedBytes() const {
+  int64_t total = core_.pinned().bytes();
+  for (const Slot& slot : slots_) total += slot.group->host_bytes();
+  return total;
+}
+
+}  // namespace offload

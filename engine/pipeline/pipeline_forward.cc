@@ -1,0 +1,292 @@
+// The fine-grained policy, forward side: chunks, nested groups, pushes and
+// commits (SPEC §5.1, §5.2, §5.6).
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "engine/core/push_checks.h"
+#include "engine/pipeline/pipeline_impl.h"
+
+namespace offload {
+
+PipelineOffloader::Impl::Impl(Backend& backend,
+                              const PipelineOffloadOptions& options,
+                              Stream& d2h, Stream& h2d)
+    : options_(options),
+      core_(backend, d2h, h2d,
+            CoreOptions{options.min_span_coverage, options.skip_sparse_views,
+                        options.warnings_to_stderr}),
+      order_(options.virtual_stages) {}
+
+std::string PipelineOffloader::Impl::SlotName(int slot) const {
+  const Slot& s = slots_[slot];
+  return "group '" + s.name + "' #" + std::to_string(s.ordinal) + " of " +
+         chunks_[s.chunk].id.ToString() + " in " + Iteration();
+}
+
+int PipelineOffloader::Impl::FrontChunk() const {
+  const std::vector<int>& backward = order_.backward();
+  return backward_chunks_ < static_cast<int>(backward.size())
+             ? backward[backward_chunks_]
+             : -1;
+}
+
+Status PipelineOffloader::Impl::FreeDropped() {
+  Status first = OkStatus();
+  std::vector<int> still;
+  for (int slot : pending_release_) {
+    OffloadGroup& group = *slots_[slot].group;
+    first.Update(group.FreeDroppedStorages());
+    if (group.holds_caller_storages()) still.push_back(slot);
+  }
+  pending_release_ = std::move(still);
+  return first;
+}
+
+Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
+  if (!options_.enabled) return OkStatus();
+  const ChunkId id{stage, microbatch};
+  const std::string where = "StartChunk(" + id.ToString() + ") in " +
+                            Iteration();
+  if (stage < 0 || stage >= options_.virtual_stages || microbatch < 0) {
+    return InvalidArgumentError(
+        where + ": the stage must be in [0, " +
+        std::to_string(options_.virtual_stages) +
+        ") (virtual_stages) and the microbatch >= 0");
+  }
+  for (const Chunk& chunk : chunks_) {
+    if (chunk.id == id) {
+      return FailedPreconditionError(where + ": that chunk already ran");
+    }
+  }
+  if (forward_chunk_ >= 0 && !chunks_[forward_chunk_].open.empty()) {
+    return FailedPreconditionError(
+        where + ": " + SlotName(chunks_[forward_chunk_].open.back()) +
+        " is still open (GroupCommit it first)");
+  }
+  const int index = static_cast<int>(chunks_.size());
+  if (warmed_up_ && (index >= static_cast<int>(recorded_.size()) ||
+                     !(recorded_[index].id == id))) {
+    return FailedPreconditionError(
+        where + ": the workload changed after the warm-up: chunk #" +
+        std::to_string(index) + " was " +
+        (index < static_cast<int>(recorded_.size())
+             ? recorded_[index].id.ToString()
+             : std::string("not run")) +
+        " then");
+  }
+  if (forward_chunk_ >= 0) chunks_[forward_chunk_].forward_ended = true;
+  Chunk chunk;
+  chunk.id = id;
+  chunks_.push_back(std::move(chunk));
+  if (!warmed_up_) recorded_.push_back(RecordedChunk{id, {}});
+  order_.AddForward(index, stage);
+  forward_chunk_ = index;
+  return FreeDropped().WithContext(where);
+}
+
+Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "GroupStart('" + std::string(name) + "') in " + Iteration();
+  if (forward_chunk_ < 0) {
+    return FailedPreconditionError(where + ": no chunk's forward is running "
+                                   "(StartChunk first)");
+  }
+  Chunk& chunk = chunks_[forward_chunk_];
+  const int slot = next_slot_;
+  if (warmed_up_ && (slot >= static_cast<int>(slots_.size()) ||
+                     slots_[slot].chunk != forward_chunk_ ||
+                     slots_[slot].name != name)) {
+    return FailedPreconditionError(
+        where + " in " + chunk.id.ToString() +
+        ": the workload changed after the warm-up: group #" +
+        std::to_string(slot) + " was " +
+        (slot < static_cast<int>(slots_.size())
+             ? "'" + slots_[slot].name + "' of chunk #" +
+                   std::to_string(slots_[slot].chunk)
+             : std::string("not run")) +
+        " then");
+  }
+  auto count = chunk.count.find(name);
+  const int ordinal = count == chunk.count.end() ? 0 : count->second;
+  if (!warmed_up_) {
+    Slot s;
+    s.chunk = forward_chunk_;
+    s.name = std::string(name);
+    s.ordinal = ordinal;
+    s.eligible = std::find(options_.offload_modules.begin(),
+                           options_.offload_modules.end(),
+                           name) != options_.offload_modules.end();
+    s.group = std::make_unique<OffloadGroup>(
+        core_, GroupKey::Named(chunk.id.stage, chunk.id.microbatch,
+                               std::string(name), ordinal),
+        OffloadGroup::kPinnedTagPerDType);
+    slots_.push_back(std::move(s));
+  }
+  Slot& s = slots_[slot];
+  s.offload = s.eligible;
+  if (warmed_up_ && s.decision != GroupDecision::kOffload) s.offload = false;
+  // The run-time margin (§5.4a): in the chunk whose backward comes next,
+  // the last group of each name stays on device (its reload could not
+  // overlap anything).
+  if (warmed_up_ && s.offload && FrontChunk() == forward_chunk_ &&
+      ordinal == recorded_count_[forward_chunk_].find(name)->second - 1) {
+    s.offload = false;
+  }
+  chunk.count[std::string(name)] = ordinal + 1;
+  chunk.slots.push_back(slot);
+  chunk.open.push_back(slot);
+  ++next_slot_;
+  return FreeDropped().WithContext(where);
+}
+
+StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
+                                                       int slot) {
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    ++core_.stats().tensors_kept;
+    return Kept(tensor, slot);
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(const int index,
+                           slots_[slot].group->AddPushed(tensor));
+  ++core_.stats().tensors_offloaded;
+  return SavedTensor(owner_, iteration_, slot,
+                     SavedTensor::InGroup{slot, index});
+}
+
+StatusOr<SavedTensor> PipelineOffloader::Impl::Push(const Tensor& tensor) {
+  if (!options_.enabled || forward_chunk_ < 0 ||
+      chunks_[forward_chunk_].open.empty()) {
+    return Kept(tensor, -1);
+  }
+  const int slot = chunks_[forward_chunk_].open.back();
+  if (!slots_[slot].offload) return Kept(tensor, slot);  // §4.4
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
+                       "Push in " + SlotName(slot)));
+  return PushOne(tensor, slot);
+}
+
+StatusOr<SavedTensor> PipelineOffloader::Impl::Push(
+    const CompositeTensor& tensor) {
+  int slot = -1;
+  if (options_.enabled && forward_chunk_ >= 0 &&
+      !chunks_[forward_chunk_].open.empty()) {
+    slot = chunks_[forward_chunk_].open.back();
+  }
+  const bool offloaded = slot >= 0 && slots_[slot].offload;
+  if (offloaded) {
+    for (size_t i = 0; i < tensor.components.size(); ++i) {
+      if (!tensor.components[i].has_value()) continue;
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+          *tensor.components[i], core_.backend(),
+          options_.min_offload_elements,
+          "Push in " + SlotName(slot) + " of composite '" + tensor.name +
+              "' component " + std::to_string(i)));
+    }
+  }
+  const int size = offloaded ? slots_[slot].group->size() : 0;
+  const OffloaderStats before = core_.stats();
+  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
+  for (const std::optional<Tensor>& component : tensor.components) {
+    if (!component.has_value()) {
+      composite.components.emplace_back();
+    } else if (!offloaded) {
+      composite.components.emplace_back(Kept(*component, slot));
+    } else {
+      StatusOr<SavedTensor> part = PushOne(*component, slot);
+      if (!part.ok()) {
+        slots_[slot].group->Truncate(size);
+        core_.stats() = before;
+        return part.status().WithContext("Push of composite '" + tensor.name +
+                                         "' (no component was pushed)");
+      }
+      composite.components.emplace_back(std::move(part).value());
+    }
+  }
+  return SavedTensor(owner_, iteration_, slot, std::move(composite));
+}
+
+std::vector<const Storage*> PipelineOffloader::Impl::ForcedReleases(
+    int slot, const std::vector<Tensor>& release) {
+  std::vector<const Storage*> force;
+  const OffloadGroup& group = *slots_[slot].group;
+  for (const Tensor& tensor : release) {
+    const Storage* storage = tensor.storage.get();
+    if (storage == nullptr) continue;
+    if (!group.CopiesStorage(storage)) {
+      core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
+                 tensor.Describe() + " was not copied by this group; its "
+                 "memory is not released");
+      continue;
+    }
+    bool needed = false;
+    for (int open : chunks_[slots_[slot].chunk].open) {
+      needed = needed || slots_[open].group->References(storage);
+    }
+    if (needed) {
+      core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
+                 tensor.Describe() + " is still to be copied by an open "
+                 "group; its memory is not released yet");
+      continue;
+    }
+    force.push_back(storage);
+  }
+  return force;
+}
+
+Status PipelineOffloader::Impl::GroupCommit(
+    std::string_view name, const std::vector<Tensor>& release_tensors) {
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "GroupCommit('" + std::string(name) + "') in " + Iteration();
+  if (forward_chunk_ < 0) {
+    return FailedPreconditionError(where + ": no chunk's forward is running");
+  }
+  Chunk& chunk = chunks_[forward_chunk_];
+  auto open = std::find_if(chunk.open.rbegin(), chunk.open.rend(),
+                           [&](int s) { return slots_[s].name == name; });
+  if (open == chunk.open.rend()) {
+    return FailedPreconditionError(where + " in " + chunk.id.ToString() +
+                                   ": no open group of that name");
+  }
+  const int slot = *open;
+  chunk.open.erase(std::next(open).base());
+  chunk.commits.push_back(slot);
+  Slot& s = slots_[slot];
+  s.committed = true;
+  Status status = OkStatus();
+  if (s.offload) {
+    OffloadGroup& group = *s.group;
+    status = group.StartOffload(options_.pinned_pool);
+    if (status.ok() && group.state() == GroupState::kOffloadStarted) {
+      status = group.ReleaseAfterCopies(ForcedReleases(slot, release_tensors));
+      if (group.holds_caller_storages()) pending_release_.push_back(slot);
+      if (status.ok()) status = ApplyCap(slot);
+    }
+  }
+  if (!warmed_up_) {
+    recorded_[forward_chunk_].groups.push_back(RecordedGroup{
+        s.name, s.ordinal,
+        s.offload && s.group->state() != GroupState::kKeptOnDevice,
+        s.group->copied_bytes(), 0});
+  }
+  status.Update(FreeDropped());
+  return status.WithContext(where + " of " + SlotName(slot));
+}
+
+Status PipelineOffloader::Impl::ApplyCap(int slot) {
+  auto cap = options_.max_inflight.find(slots_[slot].name);
+  if (cap == options_.max_inflight.end()) return OkStatus();
+  std::deque<int>& inflight =
+      chunks_[slots_[slot].chunk].inflight[slots_[slot].name];
+  inflight.push_back(slot);
+  while (static_cast<int>(inflight.size()) > cap->second) {
+    OFFLOAD_RETURN_IF_ERROR(slots_[inflight.front()].group->ComputeWaitsForOffload());
+    inflight.pop_front();
+  }
+  return OkStatus();
+}
+
+}  // namespace offload

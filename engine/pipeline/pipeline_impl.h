@@ -1,0 +1,132 @@
+// PipelineOffloader::Impl: Megatron's fine-grained policy (engine/
+// pipeline_offload.h) on the shared mechanism of engine/core. Which group
+// moves when: groups offload at commit, reload one group ahead in backward
+// order (SPEC §5.3), and after warm-up follow the frozen plan (§5.4).
+
+#ifndef OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
+#define OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/offload_core.h"
+#include "engine/core/offload_group.h"
+#include "engine/pipeline/chunk_order.h"
+#include "engine/pipeline/freeze_plan.h"
+#include "engine/pipeline_offload.h"
+
+namespace offload {
+
+class PipelineOffloader::Impl {
+ public:
+  Impl(Backend& backend, const PipelineOffloadOptions& options, Stream& d2h,
+       Stream& h2d);
+
+  Status StartChunk(int stage, int microbatch);
+  Status GroupStart(std::string_view name);
+  StatusOr<SavedTensor> Push(const Tensor& tensor);
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
+  Status GroupCommit(std::string_view name,
+                     const std::vector<Tensor>& release_tensors);
+  Status StartChunkBackward(int stage, int microbatch);
+  Status GroupBackwardStart(std::string_view name);
+  StatusOr<Tensor> Pop(const SavedTensor& saved);
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
+  Status GroupBackwardEnd(std::string_view name);
+  Status FinishIteration();
+
+  bool warmed_up() const { return warmed_up_; }
+  const std::optional<OffloadSummary>& summary() const { return summary_; }
+  GroupDecision Decision(int chunk, int index) const;
+  GroupState state(int stage, int microbatch, std::string_view name,
+                   int ordinal) const;
+  int64_t OffloadedBytes() const;
+  OffloadCore& core() { return core_; }
+  const OffloadCore& core() const { return core_; }
+
+ private:
+  // One group of an iteration: the n-th GroupStart of every iteration is
+  // the same slot (the workload may not change after warm-up).
+  struct Slot {
+    std::unique_ptr<OffloadGroup> group;  // kept across iterations
+    int chunk = -1;                       // index in chunks_
+    std::string name;
+    int ordinal = 0;        // among the chunk's groups of this name
+    bool eligible = false;  // its name is offloaded
+    GroupDecision decision = GroupDecision::kOffload;  // frozen
+    // This iteration:
+    bool offload = false;  // its tensors go to the group
+    bool committed = false;
+    bool backward_begun = false;
+    bool backward_ended = false;
+  };
+  struct Chunk {
+    ChunkId id;
+    std::vector<int> slots;    // start order
+    std::vector<int> commits;  // commit order
+    std::vector<int> open;     // open groups, innermost last
+    std::map<std::string, int, std::less<>> count;  // groups per name
+    bool forward_ended = false;
+    bool backward_begun = false;
+    int backward_next = 0;     // groups whose backward began
+    std::vector<int> running;  // backward begun, not ended
+    bool prereloaded = false;  // §5.3: pre-reloaded once
+    // max_inflight: offloads not yet waited for, per name, oldest first.
+    std::map<std::string, std::deque<int>, std::less<>> inflight;
+  };
+
+  std::string Iteration() const {
+    return "iteration " + std::to_string(iteration_);
+  }
+  std::string SlotName(int slot) const;
+  // The chunk at the front of the backward order (next to run backward),
+  // or -1.
+  int FrontChunk() const;
+  // Frees device storages the caller dropped since their group's commit.
+  Status FreeDropped();
+  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int slot);
+  Status CheckHandle(const SavedTensor& saved, const char* call) const;
+  StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  // §5.6: waits for the oldest offloads of `slot`'s name beyond the cap.
+  Status ApplyCap(int slot);
+  // §5.3: after a group's backward, reloads the next offloaded group.
+  Status ReloadAhead(int chunk);
+  // The storages of `release` that `slot` may free (§5.1, §5.8h).
+  std::vector<const Storage*> ForcedReleases(
+      int slot, const std::vector<Tensor>& release);
+  // Freezes the plan after warm-up.
+  void Freeze();
+  void EndIteration();
+  SavedTensor Kept(const Tensor& tensor, int slot) const {
+    return SavedTensor(owner_, iteration_, slot, SavedTensor::Kept{tensor});
+  }
+
+  const PipelineOffloadOptions options_;
+  const uint64_t owner_ = NewSavedTensorOwnerId();
+  OffloadCore core_;  // before slots_: groups use it until destroyed
+  std::vector<Slot> slots_;
+  std::vector<Chunk> chunks_;
+  ChunkOrder order_;
+  uint64_t iteration_ = 1;
+  int next_slot_ = 0;
+  int forward_chunk_ = -1;   // the chunk whose forward runs
+  int backward_chunk_ = -1;  // the chunk whose backward runs
+  int backward_chunks_ = 0;  // chunks whose backward began
+  std::vector<int> pending_release_;  // slots holding caller storages
+  // Warm-up's record and the frozen plan.
+  bool warmed_up_ = false;
+  std::vector<RecordedChunk> recorded_;
+  std::vector<int> recorded_groups_;  // groups per chunk
+  std::vector<std::map<std::string, int, std::less<>>> recorded_count_;
+  FrozenPlan plan_;
+  std::optional<OffloadSummary> summary_;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
