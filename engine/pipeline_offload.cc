@@ -90,6 +90,9 @@ Status PipelineOffloader::GroupCommit(
     std::string_view name, const std::vector<Tensor>& release_tensors) {
   return impl_->GroupCommit(name, release_tensors);
 }
+Status PipelineOffloader::IssueDelayedOffloads() {
+  return impl_->IssueDelayedOffloads("IssueDelayedOffloads");
+}
 Status PipelineOffloader::StartChunkBackward(int stage, int microbatch) {
   return impl_->StartChunkBackward(stage, microbatch);
 }

@@ -76,6 +76,12 @@ struct PipelineOffloadOptions {
   // Pool pinned buffers by (bytes, dtype) across groups and iterations
   // (§5.5); off: each group allocates and frees its own.
   bool pinned_pool = true;
+  // Megatron's --delay-offload-until-cuda-graph (§5.7): GroupCommit queues
+  // the offload instead of issuing it; IssueDelayedOffloads issues the
+  // queue (right after a captured region's launch). Whatever is still
+  // queued when a backward starts or the iteration ends is issued then,
+  // with a warning naming it — never dropped.
+  bool delay_offload = false;
 
   // As in OffloadOptions.
   double min_span_coverage = 0.5;
@@ -130,6 +136,11 @@ class PipelineOffloader {
   //   and its memory stays until the group's backward).
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors = {});
+
+  // delay_offload: issues every queued offload, in commit order. Errors:
+  //   the first that an offload's ordering calls return (the rest are
+  //   issued even then).
+  Status IssueDelayedOffloads();
 
   // --- Backward ------------------------------------------------------------
   // Starts the backward of chunk (stage, microbatch). Errors:

@@ -76,7 +76,8 @@ struct GroupEvent {
 
 struct Check {
   BytesFuture future;
-  Saved saved;
+  Tensor geometry;  // no storage: a check keeps no memory alive
+  uint64_t seed = 0;
   int chunk = 0;
 };
 
@@ -248,7 +249,8 @@ Status RankRunner::Backward(const ChunkId& id, int chunk_index,
       if (options_.check_bytes) {
         OFFLOAD_ASSIGN_OR_RETURN(BytesFuture future,
                                  hooks_.capture(backend_, t));
-        checks.push_back(Check{std::move(future), saved, chunk_index});
+        checks.push_back(
+            Check{std::move(future), saved.geometry, saved.seed, chunk_index});
       }
       popped.push_back(std::move(t));
     }
@@ -291,12 +293,12 @@ Status RankRunner::Iteration(const std::vector<PipelineStep>& steps,
   for (Check& check : checks) {
     OFFLOAD_ASSIGN_OR_RETURN(std::vector<uint8_t> got, check.future());
     std::vector<uint8_t> want =
-        PatternTensorBytes(check.saved.geometry, check.saved.seed);
+        PatternTensorBytes(check.geometry, check.seed);
     ++result.tensors_checked;
     result.bytes_checked += static_cast<int64_t>(want.size());
     if (got != want) {
       result.mismatches.push_back(Mismatch{iteration, check.chunk,
-                                           check.saved.geometry.name,
+                                           check.geometry.name,
                                            "popped bytes differ"});
     }
   }

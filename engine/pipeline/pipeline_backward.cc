@@ -49,12 +49,14 @@ Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
         std::to_string(it->slots.size()) + " groups, warm-up ran " +
         std::to_string(recorded_groups_[index]));
   }
+  // Delayed offloads are issued before any backward (never dropped).
+  Status issued = IssueDelayedOffloads(where);
   it->forward_ended = true;
   if (forward_chunk_ == index) forward_chunk_ = -1;
   it->backward_begun = true;
   backward_chunk_ = index;
   ++backward_chunks_;
-  return OkStatus();
+  return issued;
 }
 
 Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {
@@ -169,9 +171,14 @@ Status PipelineOffloader::Impl::GroupBackwardEnd(std::string_view name) {
   s.backward_ended = true;
   if (!warmed_up_) {
     auto commit = std::find(chunk.commits.begin(), chunk.commits.end(), slot);
-    recorded_[backward_chunk_]
-        .groups[commit - chunk.commits.begin()]
-        .caller_held_bytes = s.group->caller_held_bytes();
+    RecordedGroup& record =
+        recorded_[backward_chunk_].groups[commit - chunk.commits.begin()];
+    const GroupState state = s.group->state();
+    record.offloaded = state == GroupState::kOffloadStarted ||
+                       state == GroupState::kOffloadFinished ||
+                       state == GroupState::kReloadStarted;
+    record.bytes = s.group->copied_bytes();
+    record.caller_held_bytes = s.group->caller_held_bytes();
   }
   pending_release_.erase(
       std::remove(pending_release_.begin(), pending_release_.end(), slot),
@@ -231,8 +238,8 @@ Status PipelineOffloader::Impl::FinishIteration() {
         std::to_string(chunks_.size()) + " chunks ran, warm-up ran " +
         std::to_string(recorded_.size()));
   }
+  Status first = IssueDelayedOffloads(where);
   if (!warmed_up_) Freeze();
-  Status first = OkStatus();
   for (Slot& slot : slots_) {
     if (slot.group->state() != GroupState::kReleased) {
       first.Update(slot.group->ReleaseAll(options_.pinned_pool));

@@ -225,6 +225,9 @@ std::vector<const Storage*> PipelineOffloader::Impl::ForcedReleases(
     for (int open : chunks_[slots_[slot].chunk].open) {
       needed = needed || slots_[open].group->References(storage);
     }
+    for (const Delayed& queued : delayed_) {  // not issued yet
+      needed = needed || slots_[queued.slot].group->References(storage);
+    }
     if (needed) {
       core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
                  tensor.Describe() + " is still to be copied by an open "
@@ -257,23 +260,49 @@ Status PipelineOffloader::Impl::GroupCommit(
   Slot& s = slots_[slot];
   s.committed = true;
   Status status = OkStatus();
-  if (s.offload) {
-    OffloadGroup& group = *s.group;
-    status = group.StartOffload(options_.pinned_pool);
-    if (status.ok() && group.state() == GroupState::kOffloadStarted) {
-      status = group.ReleaseAfterCopies(ForcedReleases(slot, release_tensors));
-      if (group.holds_caller_storages()) pending_release_.push_back(slot);
-      if (status.ok()) status = ApplyCap(slot);
-    }
+  if (s.offload && options_.delay_offload) {
+    delayed_.push_back(Delayed{slot, release_tensors});
+  } else if (s.offload) {
+    status = Offload(slot, release_tensors);
   }
-  if (!warmed_up_) {
-    recorded_[forward_chunk_].groups.push_back(RecordedGroup{
-        s.name, s.ordinal,
-        s.offload && s.group->state() != GroupState::kKeptOnDevice,
-        s.group->copied_bytes(), 0});
+  if (!warmed_up_) {  // bytes and outcome are filled in at backward end
+    recorded_[forward_chunk_].groups.push_back(
+        RecordedGroup{s.name, s.ordinal, false, 0, 0});
   }
   status.Update(FreeDropped());
   return status.WithContext(where + " of " + SlotName(slot));
+}
+
+Status PipelineOffloader::Impl::Offload(int slot,
+                                        const std::vector<Tensor>& release) {
+  OffloadGroup& group = *slots_[slot].group;
+  OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.pinned_pool));
+  if (group.state() != GroupState::kOffloadStarted) return OkStatus();
+  Status status = group.ReleaseAfterCopies(ForcedReleases(slot, release));
+  if (group.holds_caller_storages()) pending_release_.push_back(slot);
+  if (status.ok()) status = ApplyCap(slot);
+  return status;
+}
+
+Status PipelineOffloader::Impl::IssueDelayedOffloads(
+    const std::string& caller) {
+  if (delayed_.empty()) return OkStatus();
+  if (caller != "IssueDelayedOffloads") {
+    std::string names;
+    for (const Delayed& d : delayed_) names += " " + SlotName(d.slot) + ";";
+    core_.Warn(caller + ": " + std::to_string(delayed_.size()) +
+               " delayed offloads were still queued and are issued now "
+               "(call IssueDelayedOffloads after each launch):" + names);
+  }
+  // Issued in commit order; the queue is empty afterwards whatever fails.
+  std::vector<Delayed> queue = std::move(delayed_);
+  delayed_.clear();
+  Status first = OkStatus();
+  for (size_t i = 0; i < queue.size(); ++i) {
+    first.Update(Offload(queue[i].slot, queue[i].release)
+                     .WithContext(SlotName(queue[i].slot)));
+  }
+  return first;
 }
 
 Status PipelineOffloader::Impl::ApplyCap(int slot) {

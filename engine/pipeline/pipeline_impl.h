@@ -33,6 +33,9 @@ class PipelineOffloader::Impl {
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors);
+  // Issues the queued offloads; `caller` names who does it (a warning when
+  // it is not IssueDelayedOffloads).
+  Status IssueDelayedOffloads(const std::string& caller);
   Status StartChunkBackward(int stage, int microbatch);
   Status GroupBackwardStart(std::string_view name);
   StatusOr<Tensor> Pop(const SavedTensor& saved);
@@ -92,6 +95,8 @@ class PipelineOffloader::Impl {
   StatusOr<SavedTensor> PushOne(const Tensor& tensor, int slot);
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  // Offloads `slot`'s group and releases its memory after the copies.
+  Status Offload(int slot, const std::vector<Tensor>& release);
   // §5.6: waits for the oldest offloads of `slot`'s name beyond the cap.
   Status ApplyCap(int slot);
   // §5.3: after a group's backward, reloads the next offloaded group.
@@ -118,6 +123,12 @@ class PipelineOffloader::Impl {
   int backward_chunk_ = -1;  // the chunk whose backward runs
   int backward_chunks_ = 0;  // chunks whose backward began
   std::vector<int> pending_release_;  // slots holding caller storages
+  // delay_offload: commits whose offload is not issued yet, in order.
+  struct Delayed {
+    int slot = -1;
+    std::vector<Tensor> release;
+  };
+  std::vector<Delayed> delayed_;
   // Warm-up's record and the frozen plan.
   bool warmed_up_ = false;
   std::vector<RecordedChunk> recorded_;
