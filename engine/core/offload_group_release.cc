@@ -44,6 +44,12 @@ Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
   Status first = OkStatus();
   for (Span& span : spans_) {
     if (span.device == nullptr) continue;
+    if (span.device->data() == nullptr) {
+      // Its memory was released already (another group's release_tensors,
+      // after that group's own copy): nothing left to free.
+      span.device.reset();
+      continue;
+    }
     auto it = internal.find(span.device.get());
     if (it != internal.end()) {
       if (span.device.use_count() > it->second ||
@@ -112,7 +118,8 @@ Status OffloadGroup::FreeDroppedStorages() {
   bool due = false;
   for (const Span& span : spans_) {
     due = due || (span.device != nullptr && span.device.use_count() == 1 &&
-                  !span.device->memory().HeldOutside());
+                  (span.device->data() == nullptr ||
+                   !span.device->memory().HeldOutside()));
   }
   if (!due) return OkStatus();
   OFFLOAD_RETURN_IF_ERROR(OrderD2HAfterCompute());
@@ -139,6 +146,10 @@ Status OffloadGroup::FreeDue(const std::vector<const Storage*>& force) {
   Status first = OkStatus();
   for (Span& span : spans_) {
     if (span.device == nullptr) continue;
+    if (span.device->data() == nullptr) {  // released elsewhere already
+      span.device.reset();
+      continue;
+    }
     const bool forced = std::find(force.begin(), force.end(),
                                   span.device.get()) != force.end();
     if (!forced && (span.device.use_count() > 1 ||
