@@ -24,6 +24,7 @@
 #include "engine/status.h"
 #include "testing/sim_compute.h"
 #include "testing/workload.h"
+#include "tools/pipeline_demo.h"
 
 namespace offload {
 namespace {
@@ -371,6 +372,21 @@ int Run(const Flags& flags) {
 }  // namespace offload
 
 int main(int argc, char** argv) {
+  // --mode=pipeline: Megatron's fine-grained mode (tools/pipeline_demo.h);
+  // --mode=layer (the default): TE's layer mode, below.
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--mode=pipeline") return offload::RunPipelineDemo(argc, argv);
+    if (arg.rfind("--mode=", 0) == 0 && arg != "--mode=layer") {
+      std::fprintf(stderr, "unknown %s (--mode=layer or --mode=pipeline)\n",
+                   argv[i]);
+      return 2;
+    }
+    if (arg != "--mode=layer") args.push_back(argv[i]);
+  }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   offload::Flags flags;
   if (!offload::ParseFlags(argc, argv, flags)) return 2;
   return offload::Run(flags);

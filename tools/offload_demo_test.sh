@@ -42,3 +42,23 @@ if "$demo" --layers=4 --offloaded=4 2>/dev/null; then
   fail "offloaded == layers accepted"
 fi
 echo PASS
+
+# --mode=pipeline: Megatron's fine-grained mode over 2 ranks (interleaved).
+pipe=$("$demo" --mode=pipeline --pp=2 --vpp=2 --microbatches=4 --layers=1 \
+  --tokens=64 --hidden=128 --ffn=512 --min_offload_elements=4096 \
+  --offload_modules=core_attn,moe_act --delta_mib=0)
+echo "$pipe"
+for rank in 0 1; do
+  line=$(awk -v r="$rank" '$1 == r && NF == 7' <<<"$pipe")
+  [[ -n "$line" ]] || fail "no report line for rank $rank"
+  awk '{ exit !($3 < $2 && $6 == "identical" && $7 == 0) }' <<<"$line" ||
+    fail "rank $rank: peak not lower, bytes wrong or hazards: $line"
+done
+grep -q "^| PP rank | qkv_linear | core_attn " <<<"$pipe" ||
+  fail "no summary table"
+awk -F'|' '$2 ~ /^ *[01] *$/ { if ($3 + 0 != 0 || $4 + 0 <= 0) exit 1 }' \
+  <<<"$pipe" || fail "summary: qkv_linear must be 0 MB, core_attn above 0"
+if "$demo" --mode=pipeline --vpp=2 --pp=3 --microbatches=4 2>/dev/null; then
+  fail "microbatches not a multiple of pp accepted with vpp > 1"
+fi
+if "$demo" --mode=nonsense 2>/dev/null; then fail "unknown mode accepted"; fi
