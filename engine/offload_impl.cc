@@ -225,21 +225,8 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
 
 Status Offloader::Impl::CheckHandle(const SavedTensor& saved,
                                     const char* call) const {
-  if (saved.owner() == 0) {
-    return InvalidArgumentError(std::string(call) +
-                                ": an empty SavedTensor (not from Push)");
-  }
-  if (saved.owner() != owner_) {
-    return InvalidArgumentError(std::string(call) +
-                                ": the SavedTensor belongs to another "
-                                "Offloader");
-  }
-  if (options_.enabled && saved.iteration() != iteration_) {
-    return InvalidArgumentError(
-        std::string(call) + ": the SavedTensor was pushed in iteration " +
-        std::to_string(saved.iteration()) + ", this is " + Iteration());
-  }
-  return OkStatus();
+  return offload::CheckHandle(saved, owner_, iteration_, options_.enabled,
+                              call, "Offloader");
 }
 
 StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {

@@ -25,6 +25,25 @@ Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
   return OkStatus();
 }
 
+Status CheckHandle(const SavedTensor& saved, uint64_t owner,
+                   uint64_t iteration, bool check_iteration,
+                   const std::string& call, const std::string& front_door) {
+  if (saved.owner() == 0) {
+    return InvalidArgumentError(call + ": an empty SavedTensor (not from Push)");
+  }
+  if (saved.owner() != owner) {
+    return InvalidArgumentError(call + ": the SavedTensor belongs to another " +
+                                front_door);
+  }
+  if (check_iteration && saved.iteration() != iteration) {
+    return InvalidArgumentError(
+        call + ": the SavedTensor was pushed in iteration " +
+        std::to_string(saved.iteration()) + ", this is iteration " +
+        std::to_string(iteration));
+  }
+  return OkStatus();
+}
+
 StatusOr<CompositeTensor> PopComponents(
     const SavedTensor::Composite& composite,
     const std::function<StatusOr<Tensor>(const SavedTensor&)>& pop_one) {

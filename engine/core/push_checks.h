@@ -28,6 +28,14 @@ bool NeverOffloaded(const Tensor& tensor, int64_t min_elements);
 Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
                         int64_t min_elements, const std::string& where);
 
+// OK if `saved` came from a Push of the front door `owner` (named
+// `front_door` in messages) in `iteration` (any iteration unless
+// `check_iteration`). Errors: kInvalidArgument prefixed by `call`: an empty
+// handle, another front door's, or another iteration's.
+Status CheckHandle(const SavedTensor& saved, uint64_t owner,
+                   uint64_t iteration, bool check_iteration,
+                   const std::string& call, const std::string& front_door);
+
 // Rebuilds a composite from its components' handles with `pop_one`.
 // Errors: the first that `pop_one` returns.
 StatusOr<CompositeTensor> PopComponents(

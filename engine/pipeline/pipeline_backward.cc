@@ -93,21 +93,8 @@ Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {
 
 Status PipelineOffloader::Impl::CheckHandle(const SavedTensor& saved,
                                             const char* call) const {
-  if (saved.owner() == 0) {
-    return InvalidArgumentError(std::string(call) +
-                                ": an empty SavedTensor (not from Push)");
-  }
-  if (saved.owner() != owner_) {
-    return InvalidArgumentError(std::string(call) +
-                                ": the SavedTensor belongs to another "
-                                "offloader");
-  }
-  if (options_.enabled && saved.iteration() != iteration_) {
-    return InvalidArgumentError(
-        std::string(call) + ": the SavedTensor was pushed in iteration " +
-        std::to_string(saved.iteration()) + ", this is " + Iteration());
-  }
-  return OkStatus();
+  return offload::CheckHandle(saved, owner_, iteration_, options_.enabled,
+                              call, "offloader");
 }
 
 StatusOr<Tensor> PipelineOffloader::Impl::PopOne(const SavedTensor& saved) {
