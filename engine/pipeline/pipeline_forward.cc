@@ -65,6 +65,16 @@ Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
         where + ": " + SlotName(chunks_[forward_chunk_].open.back()) +
         " is still open (GroupCommit it first)");
   }
+  if (warmed_up_ && forward_chunk_ >= 0 &&
+      static_cast<int>(chunks_[forward_chunk_].slots.size()) !=
+          recorded_groups_[forward_chunk_]) {
+    return FailedPreconditionError(
+        where + ": the workload changed after the warm-up: " +
+        chunks_[forward_chunk_].id.ToString() + " ran " +
+        std::to_string(chunks_[forward_chunk_].slots.size()) +
+        " groups, warm-up ran " +
+        std::to_string(recorded_groups_[forward_chunk_]));
+  }
   const int index = static_cast<int>(chunks_.size());
   if (warmed_up_ && (index >= static_cast<int>(recorded_.size()) ||
                      !(recorded_[index].id == id))) {
