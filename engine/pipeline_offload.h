@@ -107,12 +107,15 @@ class PipelineOffloader {
   //   [0, virtual_stages) or a negative microbatch; kFailedPrecondition if
   //   that chunk already ran this iteration, a group of the previous chunk
   //   is still open, or (after warm-up) it is not the chunk warm-up ran
-  //   at this position.
+  //   at this position or the previous chunk ran other groups; what the
+  //   ordering calls of freeing memory the caller dropped since a commit
+  //   return (then nothing changed; retry).
   Status StartChunk(int stage, int microbatch);
 
   // Opens group `name` in the current forward chunk (nested inside the
   // groups open now). Errors: kFailedPrecondition with no chunk's forward
-  //   running, or (after warm-up) a group warm-up did not run here.
+  //   running, or (after warm-up) a group warm-up did not run here; as
+  //   StartChunk for freeing dropped memory (nothing changed).
   Status GroupStart(std::string_view name);
 
   // The pack hook: into the innermost open group. Never-offloaded tensors
@@ -131,9 +134,11 @@ class PipelineOffloader {
   // copied (upstream's forced release: their memory goes even though the
   // caller holds them; release tensors the group did not copy, or that an
   // open group still has to copy, are left alone with a warning).
-  // Errors: kFailedPrecondition if no such group is open; what an ordering
-  //   call returns (the group is then closed; its offload may have started
-  //   and its memory stays until the group's backward).
+  // Errors: kFailedPrecondition if no such group is open; as StartChunk
+  //   for freeing dropped memory (nothing changed: retry); what an ordering
+  //   call of the group's own offload returns — then the group is
+  //   committed ("(committed)" in the message; do not retry), and its
+  //   tensors stay on device until its backward, correct as pushed.
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors = {});
 
@@ -147,7 +152,9 @@ class PipelineOffloader {
   //   kFailedPrecondition unless it is the next chunk in backward order
   //   (§5.2; the message names the expected one), its forward has ended
   //   with no group open, and every group of the previous backward chunk
-  //   ended its backward.
+  //   ended its backward; what issuing still-queued delayed offloads
+  //   returns (they are issued even then; the backward has not begun:
+  //   call again).
   Status StartChunkBackward(int stage, int microbatch);
 
   // The backward of the next group, in reverse commit order, of the current

@@ -49,14 +49,16 @@ Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
         std::to_string(it->slots.size()) + " groups, warm-up ran " +
         std::to_string(recorded_groups_[index]));
   }
-  // Delayed offloads are issued before any backward (never dropped).
-  Status issued = IssueDelayedOffloads(where);
+  // Delayed offloads are issued before any backward (never dropped). If
+  // that fails they are issued all the same, and the backward has not
+  // begun: a retry goes on.
+  OFFLOAD_RETURN_IF_ERROR(IssueDelayedOffloads(where));
   it->forward_ended = true;
   if (forward_chunk_ == index) forward_chunk_ = -1;
   it->backward_begun = true;
   backward_chunk_ = index;
   ++backward_chunks_;
-  return issued;
+  return OkStatus();
 }
 
 Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {

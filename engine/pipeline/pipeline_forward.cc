@@ -86,6 +86,8 @@ Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
              : std::string("not run")) +
         " then");
   }
+  // Memory the caller dropped goes first: if that fails, nothing changed.
+  OFFLOAD_RETURN_IF_ERROR(FreeDropped().WithContext(where));
   if (forward_chunk_ >= 0) chunks_[forward_chunk_].forward_ended = true;
   Chunk chunk;
   chunk.id = id;
@@ -93,7 +95,7 @@ Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
   if (!warmed_up_) recorded_.push_back(RecordedChunk{id, {}});
   order_.AddForward(index, stage);
   forward_chunk_ = index;
-  return FreeDropped().WithContext(where);
+  return OkStatus();
 }
 
 Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
@@ -119,6 +121,7 @@ Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
              : std::string("not run")) +
         " then");
   }
+  OFFLOAD_RETURN_IF_ERROR(FreeDropped().WithContext(where));
   auto count = chunk.count.find(name);
   const int ordinal = count == chunk.count.end() ? 0 : count->second;
   if (!warmed_up_) {
@@ -149,7 +152,7 @@ Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
   chunk.slots.push_back(slot);
   chunk.open.push_back(slot);
   ++next_slot_;
-  return FreeDropped().WithContext(where);
+  return OkStatus();
 }
 
 StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
@@ -265,6 +268,7 @@ Status PipelineOffloader::Impl::GroupCommit(
                                    ": no open group of that name");
   }
   const int slot = *open;
+  OFFLOAD_RETURN_IF_ERROR(FreeDropped().WithContext(where));
   chunk.open.erase(std::next(open).base());
   chunk.commits.push_back(slot);
   Slot& s = slots_[slot];
@@ -279,8 +283,8 @@ Status PipelineOffloader::Impl::GroupCommit(
     recorded_[forward_chunk_].groups.push_back(
         RecordedGroup{s.name, s.ordinal, false, 0, 0});
   }
-  status.Update(FreeDropped());
-  return status.WithContext(where + " of " + SlotName(slot));
+  return status.WithContext(where + " of " + SlotName(slot) +
+                            " (committed)");
 }
 
 Status PipelineOffloader::Impl::Offload(int slot,
