@@ -17,7 +17,7 @@
 set -uo pipefail
 
 BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
-          cuda_backend_test cuda_copy_benchmark)
+          cuda_backend_test cuda_pipeline_test cuda_copy_benchmark)
 
 build_here() {
   set -e
@@ -83,7 +83,8 @@ on_device() {
   }
 
   # 1. The tests.
-  for t in cuda_smoke_test pinned_arena_test cuda_conformance_test cuda_backend_test; do
+  for t in cuda_smoke_test pinned_arena_test cuda_conformance_test \
+           cuda_backend_test cuda_pipeline_test; do
     step "$t" "$out/tests.log" 300 "$dir/$t"
   done
 
@@ -103,6 +104,7 @@ on_device() {
       "backend|${cs[*]} $dir/cuda_backend_test --gtest_filter=-$held:$errors"
       "backend held streams|${cs[*]} $dir/cuda_backend_test --gtest_filter=$held"
       "backend errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_backend_test --gtest_filter=$errors"
+      "pipeline|${cs[*]} $dir/cuda_pipeline_test"
       "benchmark --quick|${cs[*]} $dir/cuda_copy_benchmark --quick"
     )
     for part in "${parts[@]}"; do
