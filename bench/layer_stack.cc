@@ -10,8 +10,6 @@
 #include "testing/layer_loop.h"
 
 namespace offload::bench {
-namespace {
-
 Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
                      const std::string& name) {
   Tensor t;
@@ -24,8 +22,6 @@ Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
   t.name = name;
   return t;
 }
-
-}  // namespace
 
 void* Ptr(const Tensor& t) {
   return static_cast<char*>(t.storage->data()) + t.offset * t.element_size();

@@ -17,6 +17,7 @@
 #define OFFLOAD_BENCH_LAYER_STACK_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/backend.h"
@@ -69,6 +70,11 @@ class Exec {
 
 // The address of `t`'s first element.
 void* Ptr(const Tensor& t);
+
+// A contiguous bf16 [rows, cols] activation allocated on the compute
+// stream. Dies if the allocation fails.
+Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
+                     const std::string& name);
 
 // Offloader calls, for the host-cost breakdown.
 enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };

@@ -12,19 +12,6 @@
 namespace offload::bench {
 namespace {
 
-Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
-                     const std::string& name) {
-  Tensor t;
-  t.storage = std::make_shared<Storage>(
-      Must(be.AllocateDevice(rows * cols * 2, be.ComputeStream()),
-           "AllocateDevice"));
-  t.dtype = DType::kBF16;
-  t.shape = {rows, cols};
-  t.strides = ContiguousStrides(t.shape);
-  t.name = name;
-  return t;
-}
-
 // Per group g: the forward GEMM g reads [T, kIn[g]·H] and writes
 // [T, kOut[g]·H] (layer_stack.h).
 constexpr int64_t kIn[kPipelineGroups] = {1, 3, 1, 1, 4};

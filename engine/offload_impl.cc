@@ -247,23 +247,14 @@ StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
 
 StatusOr<Tensor> Offloader::Impl::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
-  if (const SavedTensor::Composite* composite = saved.composite()) {
-    return InvalidArgumentError("Pop of composite '" + composite->name +
-                                "': use PopComposite");
-  }
-  return PopOne(saved);
+  return PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
 StatusOr<CompositeTensor> Offloader::Impl::PopComposite(
     const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
-  const SavedTensor::Composite* composite = saved.composite();
-  if (composite == nullptr) {
-    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
-  }
-  return PopComponents(*composite, [this](const SavedTensor& component) {
-    return PopOne(component);
-  });
+  return offload::PopComposite(
+      saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
 Status Offloader::Impl::Manual(const char* call, int layer) {

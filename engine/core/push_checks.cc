@@ -44,13 +44,24 @@ Status CheckHandle(const SavedTensor& saved, uint64_t owner,
   return OkStatus();
 }
 
-StatusOr<CompositeTensor> PopComponents(
-    const SavedTensor::Composite& composite,
-    const std::function<StatusOr<Tensor>(const SavedTensor&)>& pop_one) {
+StatusOr<Tensor> PopPlain(const SavedTensor& saved, const PopOneFn& pop_one) {
+  if (const SavedTensor::Composite* composite = saved.composite()) {
+    return InvalidArgumentError("Pop of composite '" + composite->name +
+                                "': use PopComposite");
+  }
+  return pop_one(saved);
+}
+
+StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved,
+                                       const PopOneFn& pop_one) {
+  const SavedTensor::Composite* composite = saved.composite();
+  if (composite == nullptr) {
+    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
+  }
   CompositeTensor tensor;
-  tensor.name = composite.name;
-  tensor.metadata = composite.metadata;
-  for (const std::optional<SavedTensor>& component : composite.components) {
+  tensor.name = composite->name;
+  tensor.metadata = composite->metadata;
+  for (const std::optional<SavedTensor>& component : composite->components) {
     if (!component.has_value()) {
       tensor.components.emplace_back();
       continue;

@@ -36,11 +36,16 @@ Status CheckHandle(const SavedTensor& saved, uint64_t owner,
                    uint64_t iteration, bool check_iteration,
                    const std::string& call, const std::string& front_door);
 
-// Rebuilds a composite from its components' handles with `pop_one`.
-// Errors: the first that `pop_one` returns.
-StatusOr<CompositeTensor> PopComponents(
-    const SavedTensor::Composite& composite,
-    const std::function<StatusOr<Tensor>(const SavedTensor&)>& pop_one);
+using PopOneFn = std::function<StatusOr<Tensor>(const SavedTensor&)>;
+
+// The unpack hooks of a front door whose handles were checked
+// (CheckHandle), given how it pops one plain handle: Pop refuses a
+// composite, PopComposite a plain handle (kInvalidArgument) and rebuilds a
+// composite component by component. Errors: also the first that `pop_one`
+// returns.
+StatusOr<Tensor> PopPlain(const SavedTensor& saved, const PopOneFn& pop_one);
+StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved,
+                                       const PopOneFn& pop_one);
 
 }  // namespace offload
 

@@ -120,23 +120,14 @@ StatusOr<Tensor> PipelineOffloader::Impl::PopOne(const SavedTensor& saved) {
 
 StatusOr<Tensor> PipelineOffloader::Impl::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
-  if (const SavedTensor::Composite* composite = saved.composite()) {
-    return InvalidArgumentError("Pop of composite '" + composite->name +
-                                "': use PopComposite");
-  }
-  return PopOne(saved);
+  return PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
 StatusOr<CompositeTensor> PipelineOffloader::Impl::PopComposite(
     const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
-  const SavedTensor::Composite* composite = saved.composite();
-  if (composite == nullptr) {
-    return InvalidArgumentError("PopComposite of a plain tensor: use Pop");
-  }
-  return PopComponents(*composite, [this](const SavedTensor& component) {
-    return PopOne(component);
-  });
+  return offload::PopComposite(
+      saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
 Status PipelineOffloader::Impl::GroupBackwardEnd(std::string_view name) {
