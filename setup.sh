@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing this project needs on a fresh Debian 12
 # machine: Bazel 4 (Debian's bazel-bootstrap), a C++20 compiler, GoogleTest,
-# GoogleMock, RapidCheck, Google Benchmark, and clang with its libFuzzer and
-# sanitizer runtimes (for //fuzz:offload_fuzz_test). Idempotent: packages already
+# GoogleMock, RapidCheck, Google Benchmark, clang with its libFuzzer and
+# sanitizer runtimes (for //fuzz:offload_fuzz_test), nlohmann/json and
+# TinyXML-2 (the timeline tool and its test). Idempotent: packages already
 # present are not touched, and nothing is downloaded when all are there.
 set -euo pipefail
 
@@ -15,6 +16,8 @@ packages=(
   libbenchmark-dev
   clang
   libclang-rt-14-dev
+  nlohmann-json3-dev
+  libtinyxml2-dev
 )
 
 missing=()

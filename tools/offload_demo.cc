@@ -25,6 +25,10 @@
 #include "testing/sim_compute.h"
 #include "testing/workload.h"
 #include "tools/pipeline_demo.h"
+#include "tools/timeline/sim_timeline.h"
+#include "tools/timeline/svg_timeline.h"
+#include "tools/timeline/timeline.h"
+#include "tools/timeline/trace_json.h"
 
 namespace offload {
 namespace {
@@ -43,13 +47,17 @@ struct Flags {
   // The simulator keeps (and the demo checks) bytes up to this many MiB of
   // activations per run; larger runs simulate timing only.
   int64_t max_checked_mib = 512;
+  // Pictures of the last iteration of both runs (tools/timeline): Chrome
+  // trace-event JSON and a TE-style SVG; empty: not written.
+  std::string trace_json;
+  std::string svg;
 };
 
 const char kUsage[] =
     "flags: --layers=8 --offloaded=2 --mib_per_layer=128 "
     "--tensors_per_layer=4 --compute_us=3000 --gbps=55 --latency_us=2 "
     "--seed=1 --iterations=2 --min_offload_elements=262144 "
-    "--max_checked_mib=512\n";
+    "--max_checked_mib=512 [--trace_json=FILE] [--svg=FILE]\n";
 
 // Parses --name=value flags into `flags`; false (with a message on stderr)
 // for an unknown flag or a value out of range.
@@ -82,6 +90,10 @@ bool ParseFlags(int argc, char** argv, Flags& flags) {
       flags.min_offload_elements = std::atoll(v);
     } else if (const char* v = value("max_checked_mib")) {
       flags.max_checked_mib = std::atoll(v);
+    } else if (const char* v = value("trace_json")) {
+      flags.trace_json = v;
+    } else if (const char* v = value("svg")) {
+      flags.svg = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
       return false;
@@ -128,76 +140,46 @@ struct RunReport {
   std::vector<std::string> warnings;
   OffloaderStats stats;
   std::vector<LayerTimeline> timeline;
+  timeline::Timeline picture;  // the last iteration
 };
 
-// Attributes the trace of the last iteration to layers: kernels by name,
-// D2H copies by the layer whose forward allocated their source, H2D copies
-// by the layer whose D2H filled their source.
-std::vector<LayerTimeline> BuildTimeline(const SimBackend& sim, int layers,
-                                         const std::vector<size_t>& marks,
-                                         size_t iteration_begin) {
-  struct OpInfo {
-    SimTraceEntry enqueued;  // kind, blocks, bytes, label
-    int64_t start = -1, end = -1;
-  };
-  std::map<uint64_t, OpInfo> ops;          // by sequence number
-  std::map<uint64_t, int> device_layer;    // device block id -> layer
-  const std::vector<SimTraceEntry>& trace = sim.trace();
-  for (size_t t = iteration_begin; t < trace.size(); ++t) {
-    const SimTraceEntry& entry = trace[t];
-    if (entry.seq == 0) continue;  // host entries
-    OpInfo& op = ops[entry.seq];
-    switch (entry.phase) {
-      case SimPhase::kEnqueue:
-        op.enqueued = entry;
-        if (entry.kind == SimOpKind::kAlloc) {
-          // The layer whose forward window contains the allocation.
-          int layer = 0;
-          while (layer + 1 < layers && t >= marks[layer + 1]) ++layer;
-          device_layer.emplace(entry.dst.block, layer);
+// The per-layer table of the last iteration, read off its Timeline
+// (tools/timeline/sim_timeline.h attributes copies to layers).
+std::vector<LayerTimeline> LayerTable(const timeline::Timeline& t,
+                                      int layers) {
+  std::vector<LayerTimeline> table(layers);
+  for (const timeline::Slice& s : t.slices) {
+    int layer = -1;
+    Interval LayerTimeline::*column = nullptr;
+    switch (s.kind) {
+      case timeline::SliceKind::kForward:
+      case timeline::SliceKind::kBackward:
+        for (int i = 0; i < layers; ++i) {
+          const std::string suffix = " L" + std::to_string(i);
+          if (s.name == (s.kind == timeline::SliceKind::kForward ? "forward"
+                                                                 : "backward") +
+                            suffix) {
+            layer = i;
+          }
         }
+        column = s.kind == timeline::SliceKind::kForward
+                     ? &LayerTimeline::forward
+                     : &LayerTimeline::backward;
         break;
-      case SimPhase::kStart:
-        op.start = entry.time_ns;
+      case timeline::SliceKind::kD2H:
+      case timeline::SliceKind::kH2D:
+        if (s.args.count("layer")) layer = std::atoi(s.args.at("layer").c_str());
+        column = s.kind == timeline::SliceKind::kD2H ? &LayerTimeline::d2h
+                                                     : &LayerTimeline::h2d;
         break;
-      case SimPhase::kEnd:
-        op.end = entry.time_ns;
+      default:
         break;
-      case SimPhase::kHost:
-        break;
+    }
+    if (layer >= 0 && layer < layers) {
+      (table[layer].*column).Add(s.start_ns, s.end_ns);
     }
   }
-  std::vector<LayerTimeline> timeline(layers);
-  std::map<uint64_t, int> pinned_layer;  // pinned block id -> layer
-  for (const auto& [seq, op] : ops) {    // enqueue order
-    if (op.start < 0 || op.end < 0) continue;
-    const SimTraceEntry& what = op.enqueued;
-    if (what.kind == SimOpKind::kKernel) {
-      for (int i = 0; i < layers; ++i) {
-        if (what.label == "forward L" + std::to_string(i)) {
-          timeline[i].forward.Add(op.start, op.end);
-        }
-        if (what.label == "backward L" + std::to_string(i)) {
-          timeline[i].backward.Add(op.start, op.end);
-        }
-      }
-    }
-    if (what.kind != SimOpKind::kCopy) continue;
-    if (what.src.space == MemorySpace::kDevice &&
-        what.dst.space == MemorySpace::kPinnedHost) {
-      auto it = device_layer.find(what.src.block);
-      if (it == device_layer.end()) continue;
-      timeline[it->second].d2h.Add(op.start, op.end);
-      pinned_layer[what.dst.block] = it->second;
-    } else if (what.src.space == MemorySpace::kPinnedHost &&
-               what.dst.space == MemorySpace::kDevice) {
-      auto it = pinned_layer.find(what.src.block);
-      if (it != pinned_layer.end()) {
-        timeline[it->second].h2d.Add(op.start, op.end);
-      }
-    }
-  }
-  return timeline;
+  return table;
 }
 
 StatusOr<RunReport> RunOnce(const Flags& flags, int offloaded,
@@ -264,8 +246,24 @@ StatusOr<RunReport> RunOnce(const Flags& flags, int offloaded,
   }
   report.warnings = offloader->diagnostics().warnings();
   report.stats = offloader->stats();
-  report.timeline =
-      BuildTimeline(*sim, flags.layers, marks, iteration_begin);
+  timeline::SimTimelineOptions picture;
+  picture.title = offloaded == 0
+                      ? "no offloading"
+                      : std::to_string(offloaded) + " of " +
+                            std::to_string(flags.layers) +
+                            " layers offloaded";
+  picture.begin = iteration_begin;
+  picture.layer_marks = marks;
+  if (offloaded > 0) {
+    picture.budget_bytes =
+        (flags.layers - offloaded) * (flags.mib_per_layer << 20);
+    picture.budget_label = "budget: n - k = " +
+                           std::to_string(flags.layers - offloaded) +
+                           " layers";
+  }
+  picture.warnings = report.warnings;
+  report.picture = timeline::FromSimTrace(*sim, picture);
+  report.timeline = LayerTable(report.picture, flags.layers);
   return report;
 }
 
@@ -279,6 +277,16 @@ std::string Cell(const Interval& interval, int64_t origin_ns) {
 }
 
 double MiB(int64_t bytes) { return bytes / 1048576.0; }
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  const bool ok = file != nullptr &&
+                  std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  if (file != nullptr && std::fclose(file) != 0) return false;
+  if (!ok) std::fprintf(stderr, "cannot write %s\n", path.c_str());
+  else std::printf("wrote %s\n", path.c_str());
+  return ok;
+}
 
 int Run(const Flags& flags) {
   const bool store_bytes =
@@ -364,6 +372,14 @@ int Run(const Flags& flags) {
   ok &= base->hazards + off->hazards == 0;
   for (const std::string& warning : off->warnings) {
     std::printf("engine warning: %s\n", warning.c_str());
+  }
+  const std::vector<timeline::Timeline> pictures = {base->picture,
+                                                    off->picture};
+  if (!flags.trace_json.empty()) {
+    ok &= WriteFile(flags.trace_json, timeline::ToChromeTraceJson(pictures));
+  }
+  if (!flags.svg.empty()) {
+    ok &= WriteFile(flags.svg, timeline::ToSvg(pictures));
   }
   return ok ? 0 : 1;
 }
