@@ -43,6 +43,16 @@ if "$demo" --layers=4 --offloaded=4 2>/dev/null; then
 fi
 echo PASS
 
+# Pictures: --trace_json and --svg write the last iteration of both runs
+# (their contents are checked with real parsers in //tools/timeline).
+dir=$(mktemp -d)
+"$demo" --layers=3 --offloaded=1 --mib_per_layer=8 --compute_us=100 \
+  --trace_json="$dir/t.json" --svg="$dir/t.svg" >/dev/null
+head -c 16 "$dir/t.json" | grep -q '{' || fail "no JSON written"
+head -1 "$dir/t.svg" | grep -q '<?xml' || fail "no SVG written"
+grep -q 'data-track="offload_d2h"' "$dir/t.svg" || fail "SVG without D2H row"
+grep -q '"traceEvents"' "$dir/t.json" || fail "JSON without traceEvents"
+
 # --mode=pipeline: Megatron's fine-grained mode over 2 ranks (interleaved).
 pipe=$("$demo" --mode=pipeline --pp=2 --vpp=2 --microbatches=4 --layers=1 \
   --tokens=64 --hidden=128 --ffn=512 --min_offload_elements=4096 \

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@
 #include "engine/pipeline_offload.h"
 #include "testing/pipeline_driver.h"
 #include "testing/sim_compute.h"
+#include "tools/timeline/sim_timeline.h"
+#include "tools/timeline/svg_timeline.h"
+#include "tools/timeline/timeline.h"
+#include "tools/timeline/trace_json.h"
 
 namespace offload {
 namespace {
@@ -39,6 +44,11 @@ struct Flags {
   int iterations = 2;
   // Megatron's default is 1 Mi elements; the demo's tensors are smaller.
   int64_t min_offload_elements = 64 * 1024;
+  // Pictures (tools/timeline) of one rank's last iteration, without and
+  // with offloading; empty: not written.
+  std::string trace_json;
+  std::string svg;
+  int picture_rank = 0;
 };
 
 const char kUsage[] =
@@ -47,7 +57,8 @@ const char kUsage[] =
     "--compute_us_per_mib=40 --offload_modules=core_attn,attn_proj,"
     "expert_fc1,moe_act (or all) --fraction=1.0 --delta_mib=0 "
     "--max_inflight=-1 --gbps=55 --seed=1 --iterations=2 "
-    "--min_offload_elements=65536\n";
+    "--min_offload_elements=65536 [--trace_json=FILE] [--svg=FILE] "
+    "[--picture_rank=0]\n";
 
 std::vector<std::string> Split(const std::string& list) {
   std::vector<std::string> out;
@@ -97,6 +108,9 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
     else if (name == "--iterations") f.iterations = std::atoi(v);
     else if (name == "--min_offload_elements")
       f.min_offload_elements = std::atoll(v);
+    else if (name == "--trace_json") f.trace_json = v;
+    else if (name == "--svg") f.svg = v;
+    else if (name == "--picture_rank") f.picture_rank = std::atoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
       return false;
@@ -122,6 +136,7 @@ struct RankReport {
   size_t hazards = 0;
   std::optional<OffloadSummary> summary;
   std::vector<std::string> warnings;
+  std::optional<timeline::Timeline> picture;  // the last iteration
 };
 
 StatusOr<RankReport> RunRank(const Flags& f, int rank, bool enabled) {
@@ -145,10 +160,12 @@ StatusOr<RankReport> RunRank(const Flags& f, int rank, bool enabled) {
   RankReport report;
   PipelineRunOptions run;
   run.iterations = f.iterations;
-  run.after_iteration = [&](int) {
+  size_t last_begin = 0;  // the trace position where the last iteration began
+  run.after_iteration = [&](int iteration) {
     sim.RunUntilIdle();
     report.peak = sim.device_memory().peak_bytes;
     sim.ResetPeaks();
+    if (iteration == f.iterations - 2) last_begin = sim.trace().size();
   };
   WorkloadHooks hooks = SimWorkloadHooks(sim);
   OFFLOAD_ASSIGN_OR_RETURN(
@@ -160,6 +177,14 @@ StatusOr<RankReport> RunRank(const Flags& f, int rank, bool enabled) {
   report.hazards = sim.hazards().size();
   report.summary = offloader->summary();
   report.warnings = offloader->diagnostics().warnings();
+  if (rank == f.picture_rank && (!f.svg.empty() || !f.trace_json.empty())) {
+    timeline::SimTimelineOptions picture;
+    picture.title = "pipeline rank " + std::to_string(rank) +
+                    (enabled ? ", offloaded" : ", no offloading");
+    picture.begin = last_begin;
+    picture.warnings = report.warnings;
+    report.picture = timeline::FromSimTrace(sim, picture);
+  }
   return report;
 }
 
@@ -187,6 +212,7 @@ int RunPipelineDemo(int argc, char** argv) {
   bool ok = true;
   std::vector<OffloadSummary> summaries;
   std::vector<std::string> warnings;
+  std::vector<timeline::Timeline> pictures;
   for (int rank = 0; rank < f.spec.pp; ++rank) {
     StatusOr<RankReport> off = RunRank(f, rank, false);
     StatusOr<RankReport> on = RunRank(f, rank, true);
@@ -204,6 +230,8 @@ int RunPipelineDemo(int argc, char** argv) {
                 static_cast<double>(on->step_ns) / off->step_ns,
                 wrong == 0 ? "identical" : "WRONG", hazards);
     if (on->summary.has_value()) summaries.push_back(*on->summary);
+    if (off->picture.has_value()) pictures.push_back(*off->picture);
+    if (on->picture.has_value()) pictures.push_back(*on->picture);
     for (const std::string& w : on->warnings) {
       warnings.push_back("rank " + std::to_string(rank) + ": " + w);
     }
@@ -214,6 +242,18 @@ int RunPipelineDemo(int argc, char** argv) {
   for (const std::string& w : warnings) {
     std::printf("engine warning: %s\n", w.c_str());
   }
+  auto write = [&](const std::string& path, const std::string& text) {
+    std::FILE* file = std::fopen(path.c_str(), "w");
+    bool written = file != nullptr &&
+                   std::fwrite(text.data(), 1, text.size(), file) == text.size();
+    if (file != nullptr) written &= std::fclose(file) == 0;
+    std::printf(written ? "wrote %s\n" : "cannot write %s\n", path.c_str());
+    return written;
+  };
+  if (!f.trace_json.empty()) {
+    ok &= write(f.trace_json, timeline::ToChromeTraceJson(pictures));
+  }
+  if (!f.svg.empty()) ok &= write(f.svg, timeline::ToSvg(pictures));
   return ok ? 0 : 1;
 }
 
