@@ -28,6 +28,8 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--sim_only") f.sim_only = true;
     else if (a == "--retain") f.retain = true;
     else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
+    else if (const char* v = val("--timeline_k")) f.timeline_k = std::atoi(v);
+    else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;
     else if (const char* v = val("--gemm_ms")) {
       for (const char* p = v; *p;) {
         char* end = nullptr;

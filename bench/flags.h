@@ -3,6 +3,7 @@
 #ifndef OFFLOAD_BENCH_FLAGS_H_
 #define OFFLOAD_BENCH_FLAGS_H_
 
+#include <string>
 #include <vector>
 
 #include "bench/layer_stack.h"
@@ -22,6 +23,12 @@ struct Flags {
   // --retain: OffloadOptions::retain_pinned_buffers (TE's
   // retain_pinned_cpu_buffers): pinned buffers kept across steps.
   bool retain = false;
+  // --timeline_k=K: after k = 0's and k = K's timed steps, one more step
+  // with every GEMM and engine copy timed, drawn as
+  // <timeline_prefix>.json (Chrome trace) and <timeline_prefix>.svg
+  // (gpu_timeline.h). -1: none.
+  int timeline_k = -1;
+  std::string timeline_prefix = "layer_stack_timeline";
 };
 
 // Parses --name=value flags; dies on an unknown one. Fills in kmax's default.

@@ -70,7 +70,11 @@ GpuExec::~GpuExec() {
 
 void GpuExec::Run(int id, int layer, const Gemm& g, std::vector<const Tensor*>,
                   const Tensor*) {
-  if (calibrate_) Cuda(cudaEventRecord(CalibEvent(), stream_), "record");
+  if (calibrate_) {
+    calib_bytes_.push_back(
+        sample_bytes_ ? Must(be_.stats(), "stats").device_bytes_in_use : -1);
+    Cuda(cudaEventRecord(CalibEvent(), stream_), "record");
+  }
   const float alpha = 1.0f, beta = 0.0f;
   // Column-major: C^T[N,M] = op(B)^T op(A)^T.
   const int lda = g.ta ? g.m : g.k;  // A stored [M,K] or [K,M]
@@ -84,8 +88,8 @@ void GpuExec::Run(int id, int layer, const Gemm& g, std::vector<const Tensor*>,
   if (calibrate_) {
     Cuda(cudaEventRecord(CalibEvent(), stream_), "record");
     calib_ids_.push_back(id);
+    calib_layers_.push_back(layer);
   }
-  (void)layer;
 }
 
 void GpuExec::FillInput(const Tensor& x0) {
@@ -105,6 +109,8 @@ void GpuExec::StartCalibration() {
   calibrate_ = true;
   calib_next_ = 0;
   calib_ids_.clear();
+  calib_layers_.clear();
+  calib_bytes_.clear();
 }
 
 void GpuExec::EndCalibration(
@@ -118,6 +124,15 @@ void GpuExec::EndCalibration(
     samples[calib_ids_[i]].push_back(ms * 1e6);
   }
   calibrate_ = false;
+}
+
+std::vector<GpuExec::TimedGemm> GpuExec::LastCalibration() const {
+  std::vector<TimedGemm> out(calib_ids_.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = {calib_ids_[i], calib_layers_[i], calib_events_[2 * i],
+              calib_events_[2 * i + 1], calib_bytes_[i]};
+  }
+  return out;
 }
 
 std::vector<uint64_t> GpuExec::Hashes() {

@@ -44,6 +44,18 @@ class GpuExec final : public Exec {
   // Adds this step's per-GEMM durations (ns) to `samples`.
   void EndCalibration(std::array<std::vector<double>, kGemms>& samples);
   void set_capture(bool c) { capture_ = c; }
+  // While calibrating, also read the backend's device_bytes_in_use as each
+  // GEMM is enqueued (for the timeline's memory curve).
+  void set_sample_device_bytes(bool on) { sample_bytes_ = on; }
+
+  // The GEMMs of the last calibrated step, in enqueue order, with their
+  // events (valid until the next StartCalibration).
+  struct TimedGemm {
+    int id = 0, layer = 0;
+    cudaEvent_t start = nullptr, end = nullptr;
+    int64_t device_bytes = -1;  // at enqueue; -1 when not sampled
+  };
+  std::vector<TimedGemm> LastCalibration() const;
 
   // After a step with capture on: the hash of the output and of each weight
   // gradient (host copies).
@@ -74,6 +86,9 @@ class GpuExec final : public Exec {
   std::vector<cudaEvent_t> calib_events_;
   size_t calib_next_ = 0;
   std::vector<int> calib_ids_;
+  std::vector<int> calib_layers_;
+  bool sample_bytes_ = false;
+  std::vector<int64_t> calib_bytes_;
 };
 
 }  // namespace offload::bench

@@ -5,6 +5,7 @@
 //
 //   layer_stack_bench --hidden=4096 --tokens=8192 [--layers=8] [--steps=5]
 //                     [--warmup=2] [--kmax=6] [--retain]
+//                     [--timeline_k=K --timeline_prefix=PATH]
 //
 // The pieces, in bench/:
 //   flags.h             the command line
@@ -14,6 +15,7 @@
 //   sim_bound.h         the lower bound (the step on the simulator)
 //   offload_sweep.h     the timing loop over k offloaded layers
 //   copy_interposer.h   timing of the engine's copies (-Wl,--wrap)
+//   gpu_timeline.h      one step as a timeline picture (--timeline_k)
 //   report.h            the tables printed to stdout
 
 #include <cuda_runtime.h>
@@ -29,6 +31,7 @@
 #include "bench/cuda_check.h"
 #include "bench/flags.h"
 #include "bench/gpu_exec.h"
+#include "bench/gpu_timeline.h"
 #include "bench/layer_stack.h"
 #include "bench/offload_sweep.h"
 #include "bench/pinned_bandwidth.h"
@@ -80,7 +83,14 @@ int Main(int argc, char** argv) {
   for (auto& e : copies.pool) Cuda(cudaEventCreate(&e), "event");
 
   const SweepResult sweep = RunSweep(ex, *be, flags, peak_d2h, peak_h2d);
-  const bool ok = PrintSweep(s, sweep, peak_d2h);
+  bool ok = PrintSweep(s, sweep, peak_d2h);
+  if (flags.timeline_k > flags.kmax) {
+    std::fprintf(stderr, "warning: --timeline_k=%d > kmax=%d: no timeline\n",
+                 flags.timeline_k, flags.kmax);
+  } else if (!sweep.timelines.empty()) {
+    PrintTimelineSummary(sweep.timelines);
+    ok = WriteTimelines(sweep.timelines, flags.timeline_prefix) && ok;
+  }
   for (auto& e : copies.pool) cudaEventDestroy(e);
   return ok ? 0 : 1;
 }

@@ -12,6 +12,7 @@
 #include "bench/bench_util.h"
 #include "bench/copy_interposer.h"
 #include "bench/cuda_check.h"
+#include "bench/gpu_timeline.h"
 #include "bench/sim_bound.h"
 #include "engine/offload.h"
 #include "engine/status.h"
@@ -129,6 +130,9 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
       row.call_us[q] = call_count[q] ? call_ns[q] / call_count[q] / 1e3 : 0;
     }
     rows.push_back(row);
+    if (flags.timeline_k >= 0 && (k == 0 || k == flags.timeline_k)) {
+      result.timelines.push_back(CaptureStepTimeline(ex, *off, s, k));
+    }
     std::fprintf(stderr, "k=%d done: step %.2f ms, bound %.2f ms\n", k,
                  row.step_ns / 1e6, row.bound_ns / 1e6);
     for (const std::string& w : off->diagnostics().warnings()) {

@@ -15,6 +15,7 @@
 #include "bench/flags.h"
 #include "bench/gpu_exec.h"
 #include "bench/layer_stack.h"
+#include "tools/timeline/timeline.h"
 
 namespace offload::bench {
 
@@ -39,6 +40,9 @@ struct SweepRow {
 struct SweepResult {
   std::vector<SweepRow> rows;             // k = 0 .. kmax
   std::array<double, kGemms> gemm_ns{};  // per-GEMM medians at k = 0
+  // With --timeline_k=K: one extra step each at k = 0 and k = K, timed
+  // GEMM by GEMM and copy by copy (gpu_timeline.h).
+  std::vector<timeline::Timeline> timelines;
 };
 
 // Runs the sweep. `peak_d2h` and `peak_h2d` (GB/s) are the copy speeds the

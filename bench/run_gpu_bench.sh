@@ -13,7 +13,11 @@
 # tokens (8 layers, k = 0..6). Logs go to $OUT: device.txt, clocks.csv
 # (nvidia-smi every 200 ms), h4096.md,
 # h2048.md (the tables), h4096.log, h2048.log (stderr: progress, engine
-# warnings). Exits non-zero if a run failed or was not bit-identical.
+# warnings), and the timeline of one step at k = 0 and k = $TIMELINE_K
+# (default 4; empty: none) as h4096_k4.json / .svg and h2048_k4.json / .svg
+# (--timeline_k, --timeline_prefix; bench/gpu_timeline.h), packed into
+# timelines.tar (the run tool brings back at most 8 files). Exits non-zero
+# if a run failed or was not bit-identical.
 #
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
@@ -53,12 +57,19 @@ on_device() {
     --format=csv -lms 200 >"$out/clocks.csv" 2>&1 &
   local smi=$!
   local failures=0
+  local timeline_k="${TIMELINE_K-4}"
   for cfg in "4096 8192" "2048 16384"; do
     set -- $cfg
     local name="h$1"
+    local timeline=()
+    if [[ -n "$timeline_k" ]]; then
+      timeline=(--timeline_k="$timeline_k"
+                --timeline_prefix="$out/${name}_k$timeline_k")
+    fi
     echo "===== hidden $1 tokens $2"
     timeout --kill-after=10 "${BENCH_TIMEOUT_S:-240}" \
-      "$dir/layer_stack_bench" --hidden="$1" --tokens="$2" ${BENCH_FLAGS:-} \
+      "$dir/layer_stack_bench" --hidden="$1" --tokens="$2" "${timeline[@]}" \
+      ${BENCH_FLAGS:-} \
       >"$out/$name.md" 2>"$out/$name.log"
     local rc=$?
     cat "$out/$name.md" "$out/$name.log"
@@ -69,6 +80,12 @@ on_device() {
   done
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null
+  local pictures
+  pictures="$(cd "$out" && ls h*_k*.json h*_k*.svg 2>/dev/null)"
+  if [[ -n "$pictures" ]]; then
+    (cd "$out" && tar -cf timelines.tar $pictures && rm -f $pictures)
+    echo "timelines.tar: $(echo $pictures)"
+  fi
   return $((failures > 0))
 }
 
