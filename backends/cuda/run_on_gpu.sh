@@ -3,12 +3,15 @@
 #
 # Here (the build machine, no GPU):
 #   backends/cuda/run_on_gpu.sh
-# builds `bazel build --config=gpu //backends/cuda:all`, copies the test and
-# benchmark binaries and this script into .gpu/ (ignored by git; the bazel-bin
-# symlink does not travel to the GPU machine), and prints the one command to
-# run there, with .gpu carried along (docs/gpu.md).
+# builds `bazel build --config=gpu //backends/cuda:all` and
+# `bazel build --config=gpu -c opt //bench:overlap_check_test` (the GPU CI
+# overlap check, timed, so optimized like layer_stack_bench), copies the test
+# and benchmark binaries and this script into .gpu/ (ignored by git; the
+# bazel-bin symlink does not travel to the GPU machine), and prints the one
+# command to run there, with .gpu carried along (docs/gpu.md).
 #
-# There (`--on-device`, from the repository root): runs every test binary,
+# There (`--on-device`, from the repository root): runs every test binary
+# (the overlap check included; its OVERLAP_* environment passes through),
 # then compute-sanitizer memcheck, racecheck and synccheck on the conformance
 # and backend tests and on a quick benchmark run, then the copy benchmark.
 # Logs go to $OUT (at most 8 files come back): device.txt, tests.log,
@@ -18,6 +21,9 @@ set -uo pipefail
 
 BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
           cuda_backend_test cuda_pipeline_test cuda_copy_benchmark)
+# Built from bench/ with -c opt (its own output folder: the binaries above
+# stay fastbuild).
+BENCH_TESTS=(overlap_check_test)
 
 build_here() {
   set -e
@@ -29,10 +35,17 @@ build_here() {
   for b in "${BINARIES[@]}"; do
     cp -f "$bin/backends/cuda/$b" .gpu/
   done
+  local targets=()
+  for b in "${BENCH_TESTS[@]}"; do targets+=("//bench:$b"); done
+  bazel build --config=gpu -c opt "${targets[@]}"
+  bin="$(bazel info --config=gpu -c opt bazel-bin 2>/dev/null)"
+  for b in "${BENCH_TESTS[@]}"; do
+    cp -f "$bin/bench/$b" .gpu/
+  done
   cp -f backends/cuda/run_on_gpu.sh .gpu/
   chmod -R u+w .gpu
   echo
-  echo "Copied to .gpu/: ${BINARIES[*]} run_on_gpu.sh ($(du -sh .gpu | cut -f1))"
+  echo "Copied to .gpu/: ${BINARIES[*]} ${BENCH_TESTS[*]} run_on_gpu.sh ($(du -sh .gpu | cut -f1))"
   echo "On the GPU machine (run tool, carry [\".gpu\"]):"
   echo
   echo "  bash .gpu/run_on_gpu.sh --on-device"
@@ -82,11 +95,14 @@ on_device() {
       "$errors" | tee -a "$summary"
   }
 
-  # 1. The tests.
+  # 1. The tests, then the overlap check (bench/overlap_check_test.cc: copies
+  # beside GEMMs >= 90% per direction, step <= 1.25x the limit, bytes equal).
   for t in cuda_smoke_test pinned_arena_test cuda_conformance_test \
            cuda_backend_test cuda_pipeline_test; do
     step "$t" "$out/tests.log" 300 "$dir/$t"
   done
+  step "overlap_check_test" "$out/tests.log" 240 "$dir/overlap_check_test"
+  grep -h "OVERLAP_SUMMARY" "$out/tests.log" | tail -1 | tee -a "$summary"
 
   # 2. compute-sanitizer. The backend test runs in three parts: its error
   # tests make CUDA calls fail on purpose (API error reporting off for them),
