@@ -25,6 +25,12 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--steps")) f.steps = std::atoi(v);
     else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
     else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
+    else if (const char* v = val("--push_at")) {
+      const std::string at = v;
+      if (at == "gemm") f.shape.push_at = PushAt::kGemm;
+      else if (at == "layer") f.shape.push_at = PushAt::kLayer;
+      else Die("--push_at must be gemm or layer, not " + at);
+    }
     else if (a == "--sim_only") f.sim_only = true;
     else if (a == "--retain") f.retain = true;
     else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);

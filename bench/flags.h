@@ -11,7 +11,7 @@
 namespace offload::bench {
 
 struct Flags {
-  Shape shape;
+  Shape shape;  // --push_at=gemm|layer sets shape.push_at (layer_stack.h)
   int steps = 5;
   int warmup = 2;
   int kmax = -1;  // default: layers - 2

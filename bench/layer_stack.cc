@@ -23,6 +23,10 @@ Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
   return t;
 }
 
+const char* PushAtName(PushAt p) {
+  return p == PushAt::kLayer ? "layer" : "gemm";
+}
+
 void* Ptr(const Tensor& t) {
   return static_cast<char*>(t.storage->data()) + t.offset * t.element_size();
 }
@@ -59,29 +63,43 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
 
   Tensor x = NewActivation(be, T, H, "x0");
   ex.FillInput(x);
+  const bool per_gemm = s.push_at == PushAt::kGemm;
+  auto push = [&](const Tensor& t, const char* what) {
+    cost.pushes += 1;
+    return Must(timed_call(kPush, [&] { return off.Push(t); }), what);
+  };
   hooks.forward = [&](int i) {
+    Saved& sv = saved[i];
+    // Per GEMM: each tensor is pushed as soon as its producer is enqueued
+    // (x is the layer's input, produced already), so Push records its
+    // ready point right after that GEMM on the compute stream.
+    if (per_gemm) sv.x = push(x, "Push x");
     Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
     ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
            {&x}, &qkv);
+    if (per_gemm) sv.qkv = push(qkv, "Push qkv");
     Tensor attn = NewActivation(be, T, H, "attn");
     ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(qkv), ex.weight(1), Ptr(attn)},
            {&qkv}, &attn);
+    if (per_gemm) sv.attn = push(attn, "Push attn");
     Tensor o = NewActivation(be, T, H, "o");
     ex.Run(2, i, {false, false, T, H, H, Ptr(attn), ex.weight(2), Ptr(o)},
            {&attn}, &o);
+    if (per_gemm) sv.o = push(o, "Push o");
     Tensor u = NewActivation(be, T, 4 * H, "u");
     ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(o), ex.weight(3), Ptr(u)},
            {&o}, &u);
+    if (per_gemm) sv.u = push(u, "Push u");
     Tensor y = NewActivation(be, T, H, "y");
     ex.Run(4, i, {false, false, T, H, 4 * H, Ptr(u), ex.weight(4), Ptr(y)},
            {&u}, &y);
-    Saved& sv = saved[i];
-    sv.x = Must(timed_call(kPush, [&] { return off.Push(x); }), "Push x");
-    sv.qkv = Must(timed_call(kPush, [&] { return off.Push(qkv); }), "Push qkv");
-    sv.attn = Must(timed_call(kPush, [&] { return off.Push(attn); }), "Push attn");
-    sv.o = Must(timed_call(kPush, [&] { return off.Push(o); }), "Push o");
-    sv.u = Must(timed_call(kPush, [&] { return off.Push(u); }), "Push u");
-    cost.pushes += 5;
+    if (!per_gemm) {  // --push_at=layer: all five after the last GEMM
+      sv.x = push(x, "Push x");
+      sv.qkv = push(qkv, "Push qkv");
+      sv.attn = push(attn, "Push attn");
+      sv.o = push(o, "Push o");
+      sv.u = push(u, "Push u");
+    }
     x = std::move(y);  // drops this layer's other tensors
     return OkStatus();
   };

@@ -12,6 +12,13 @@
 // Backward: for each forward GEMM, the input gradient and the weight gradient
 // (2x the forward work); each weight gradient reads a popped activation.
 // The weights are shared by the layers; the gradients are per layer.
+//
+// Forward pushes (Shape::push_at): by default each saved tensor is pushed
+// as autograd saves it, right after the GEMM that produces it is enqueued
+// (x, the layer's input, before the qkv GEMM; qkv after GEMM 0, attn after
+// 1, o after 2, u after 3), so its ready point (the event Push records on
+// the compute stream) is that GEMM's end. PushAt::kLayer pushes all five
+// after the layer's last forward GEMM (the benchmark before issue 11).
 
 #ifndef OFFLOAD_BENCH_LAYER_STACK_H_
 #define OFFLOAD_BENCH_LAYER_STACK_H_
@@ -26,10 +33,21 @@
 
 namespace offload::bench {
 
+// Where the forward pushes a layer's saved tensors (--push_at).
+enum class PushAt {
+  kGemm,   // each after the GEMM that produces it (x before the first)
+  kLayer,  // all five after the layer's five forward GEMMs
+};
+
+// "gemm" or "layer", as --push_at spells it.
+const char* PushAtName(PushAt p);
+
+// The workload: the stack's size and where its forward pushes.
 struct Shape {
   int layers = 8;
   int64_t hidden = 4096;
   int64_t tokens = 8192;
+  PushAt push_at = PushAt::kGemm;
 };
 
 // Forward GEMMs 0..4, backward GEMMs 5..14 (see the comment at the top).

@@ -5,6 +5,8 @@
 //
 //   layer_stack_bench --hidden=4096 --tokens=8192 [--layers=8] [--steps=5]
 //                     [--warmup=2] [--kmax=6] [--retain]
+//                     [--push_at=gemm|layer]
+//                     [--sim_only [--gemm_ms=a,b,...] [--trace_k=K]]
 //                     [--timeline_k=K --timeline_prefix=PATH]
 //
 // The pieces, in bench/:
@@ -48,6 +50,10 @@ void RunSimOnly(const Flags& flags) {
   for (int g = 0; g < kGemms; ++g) {
     ns[g] = g < int(flags.gemm_ms.size()) ? flags.gemm_ms[g] * 1e6 : 1e6;
   }
+  std::printf("# sim only: layers %d, hidden %lld, tokens %lld, "
+              "--push_at=%s\n",
+              s.layers, (long long)s.hidden, (long long)s.tokens,
+              PushAtName(s.push_at));
   for (int k = 0; k <= flags.kmax; ++k) {
     SimResult r = SimulateSchedule(s, k, ns, 55.3, 55.4, k == flags.trace_k);
     std::printf("sim k=%d: step %.3f ms, peak %.3f GiB, hazards %zu\n", k,

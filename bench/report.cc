@@ -24,9 +24,13 @@ void PrintHeader(const char* device_name, const Flags& flags) {
               "bf16 GEMMs (cublasGemmEx, compute 32F)\n",
               device_name, s.layers, (long long)s.hidden, (long long)s.tokens);
   std::printf("# saved per layer: x, qkv, attn, o, u = %.1f MiB; step "
-              "median of %d after %d warm-up\n\n",
+              "median of %d after %d warm-up\n",
               ActivationBytesPerLayer(s) / 1048576.0, flags.steps,
               flags.warmup);
+  std::printf("# pushes: --push_at=%s (%s)\n\n", PushAtName(s.push_at),
+              s.push_at == PushAt::kGemm
+                  ? "each saved tensor after the GEMM that produces it"
+                  : "all five after the layer's last forward GEMM");
 }
 
 void PrintPinnedPeak(const PinnedPeak& peak) {

@@ -11,7 +11,8 @@
 
 namespace offload::bench {
 
-// The two "#" lines: device, shape, saved bytes per layer, step counts.
+// The three "#" lines: device, shape, saved bytes per layer, step counts,
+// and where the forward pushes (--push_at).
 void PrintHeader(const char* device_name, const Flags& flags);
 
 // The pinned copy peak table and the peak the bound uses.

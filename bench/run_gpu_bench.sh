@@ -17,7 +17,9 @@
 # (default 4; empty: none) as h4096_k4.json / .svg and h2048_k4.json / .svg
 # (--timeline_k, --timeline_prefix; bench/gpu_timeline.h), packed into
 # timelines.tar (the run tool brings back at most 8 files). Exits non-zero
-# if a run failed or was not bit-identical.
+# if a run failed or was not bit-identical. Extra flags for both runs go in
+# BENCH_FLAGS, e.g. BENCH_FLAGS=--push_at=layer TIMELINE_K= (the old push
+# points, no timelines).
 #
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
