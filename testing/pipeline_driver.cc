@@ -133,7 +133,13 @@ class RankRunner {
   }
   Status Commit(std::vector<GroupEvent>& events, const std::string& name,
                 const std::vector<Tensor>& release) {
+    if (options_.around_commit) {
+      options_.around_commit(iteration_, chunk_, name, false);
+    }
     OFFLOAD_RETURN_IF_ERROR(offloader_.GroupCommit(name, release));
+    if (options_.around_commit) {
+      options_.around_commit(iteration_, chunk_, name, true);
+    }
     GroupEvent commit{true, name, std::move(events[open_.back()].saved)};
     open_.pop_back();
     events.push_back(std::move(commit));
@@ -152,6 +158,8 @@ class RankRunner {
   uint64_t next_seed_ = 1;
   std::map<const Storage*, uint64_t> seeds_;
   std::vector<size_t> open_;  // indices of open groups' start events
+  int iteration_ = 0;         // for around_commit
+  ChunkId chunk_;             // the chunk whose forward runs
 };
 
 Status RankRunner::Layer(std::vector<GroupEvent>& events, Tensor& x,
@@ -224,6 +232,7 @@ Status RankRunner::Layer(std::vector<GroupEvent>& events, Tensor& x,
 
 Status RankRunner::Forward(const ChunkId& id, std::vector<GroupEvent>& events) {
   OFFLOAD_RETURN_IF_ERROR(offloader_.StartChunk(id.stage, id.microbatch));
+  chunk_ = id;
   OFFLOAD_ASSIGN_OR_RETURN(Tensor x,
                            Make({spec_.tokens, spec_.hidden}, "input"));
   for (int layer = 0; layer < spec_.layers; ++layer) {
@@ -265,6 +274,7 @@ Status RankRunner::Backward(const ChunkId& id, int chunk_index,
 
 Status RankRunner::Iteration(const std::vector<PipelineStep>& steps,
                              int iteration, PipelineRankResult& result) {
+  iteration_ = iteration;
   const int64_t start = hooks_.clock ? hooks_.clock() : 0;
   std::map<std::pair<int, int>, std::vector<GroupEvent>> events;
   std::map<std::pair<int, int>, int> index;

@@ -70,6 +70,11 @@ struct PipelineRunOptions {
   // Called after each iteration's synchronization (e.g. to read memory
   // statistics), with the iteration's index.
   std::function<void(int iteration)> after_iteration;
+  // Called just before (done = false) and after (done = true) each
+  // GroupCommit, e.g. to attribute the copies it enqueues (timelines).
+  std::function<void(int iteration, const ChunkId& chunk,
+                     const std::string& group, bool done)>
+      around_commit;
 };
 
 struct PipelineRankResult {

@@ -161,6 +161,18 @@ StatusOr<RankReport> RunRank(const Flags& f, int rank, bool enabled) {
   PipelineRunOptions run;
   run.iterations = f.iterations;
   size_t last_begin = 0;  // the trace position where the last iteration began
+  std::vector<timeline::SimTimelineOptions::GroupWindow> windows;
+  if (rank == f.picture_rank) {
+    run.around_commit = [&](int iteration, const ChunkId& chunk,
+                            const std::string& group, bool done) {
+      if (iteration != f.iterations - 1) return;
+      if (!done) {
+        windows.push_back({sim.trace().size(), 0, group, chunk.ToString()});
+      } else {
+        windows.back().end = sim.trace().size();
+      }
+    };
+  }
   run.after_iteration = [&](int iteration) {
     sim.RunUntilIdle();
     report.peak = sim.device_memory().peak_bytes;
@@ -182,6 +194,7 @@ StatusOr<RankReport> RunRank(const Flags& f, int rank, bool enabled) {
     picture.title = "pipeline rank " + std::to_string(rank) +
                     (enabled ? ", offloaded" : ", no offloading");
     picture.begin = last_begin;
+    picture.group_windows = windows;
     picture.warnings = report.warnings;
     report.picture = timeline::FromSimTrace(sim, picture);
   }

@@ -115,6 +115,7 @@ Timeline FromSimTrace(const SimBackend& sim,
 
   // Layer attribution (layer mode): allocation windows, then copies.
   std::map<uint64_t, int> device_layer, pinned_layer;
+  std::map<uint64_t, const SimTimelineOptions::GroupWindow*> pinned_group;
   const std::vector<size_t>& marks = options.layer_marks;
   for (const auto& [seq, op] : ops) {
     if (op.index < options.begin || marks.empty() ||
@@ -186,6 +187,21 @@ Timeline FromSimTrace(const SimBackend& sim,
           slice.label = "L" + std::to_string(layer);
           slice.name += " L" + std::to_string(layer);
           slice.args["layer"] = std::to_string(layer);
+        }
+        const SimTimelineOptions::GroupWindow* window = nullptr;
+        if (slice.kind == SliceKind::kD2H) {
+          for (const auto& w : options.group_windows) {
+            if (op.index >= w.begin && op.index < w.end) window = &w;
+          }
+          if (window != nullptr) pinned_group[what.dst.block] = window;
+        } else if (slice.kind == SliceKind::kH2D) {
+          auto it = pinned_group.find(what.src.block);
+          if (it != pinned_group.end()) window = it->second;
+        }
+        if (window != nullptr) {
+          slice.label = window->group;
+          slice.name += " " + window->group;
+          slice.args["group"] = window->group + " of " + window->where;
         }
         break;
       }

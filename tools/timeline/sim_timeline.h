@@ -28,6 +28,16 @@ struct SimTimelineOptions {
   // buffers (their slices get label "L<i>" and arg "layer"). Empty: copies
   // are not attributed.
   std::vector<size_t> layer_marks;
+  // Fine-grained mode: trace ranges [begin, end) in which a group was
+  // committed. Copies to host enqueued there belong to that group, and so do
+  // the copies back from their pinned buffers (label `group`, arg "group":
+  // `where`).
+  struct GroupWindow {
+    size_t begin = 0, end = 0;
+    std::string group;  // "core_attn"
+    std::string where;  // "chunk (stage 0, microbatch 1)"
+  };
+  std::vector<GroupWindow> group_windows;
   int64_t budget_bytes = -1;
   std::string budget_label;
   // Engine warnings, drawn as instants at the end.

@@ -16,8 +16,10 @@
 
 #include "backends/sim/sim_backend.h"
 #include "engine/offload.h"
+#include "engine/pipeline_offload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/pipeline_driver.h"
 #include "testing/sim_compute.h"
 #include "testing/workload.h"
 #include "tools/timeline/sim_timeline.h"
@@ -230,6 +232,54 @@ TEST(TimelineTest, SvgIsWellFormedWithRowsAndSlices) {
   EXPECT_EQ(stalls["k = 0"], 0);
   EXPECT_GT(stalls["k = 2"], 0);
   EXPECT_EQ(budgets["k = 2"], 1);
+}
+
+// Fine-grained mode: the copies of each group, to host and back, carry its
+// name (label and "group" arg), from the commit windows the pipeline driver
+// reports.
+TEST(TimelineTest, PipelineCopiesAreAttributedToTheirGroups) {
+  SimOptions sim_options;
+  std::unique_ptr<SimBackend> sim = NewSimBackend(sim_options);
+  PipelineOffloadOptions options;
+  options.offload_modules = {"core_attn", "moe_act"};
+  options.min_offload_elements = 1024;
+  auto offloader = PipelineOffloader::Create(*sim, options);
+  ASSERT_TRUE(offloader.ok());
+  PipelineSpec spec;
+  spec.tokens = 64;
+  spec.hidden = 128;
+  spec.ffn = 256;
+  spec.microbatches = 2;
+  spec.layers = 2;
+  SimTimelineOptions picture;
+  PipelineRunOptions run;
+  run.iterations = 1;
+  SimBackend* s = sim.get();
+  run.around_commit = [&](int, const ChunkId& chunk, const std::string& group,
+                          bool done) {
+    if (!done) {
+      picture.group_windows.push_back(
+          {s->trace().size(), 0, group, chunk.ToString()});
+    } else {
+      picture.group_windows.back().end = s->trace().size();
+    }
+  };
+  auto result = RunPipelineRank(*sim, **offloader, spec, 0,
+                                SimWorkloadHooks(*sim), run);
+  ASSERT_TRUE(result.ok() && result->ok());
+  sim->RunUntilIdle();
+  const Timeline t = FromSimTrace(*sim, picture);
+  std::map<std::string, int> d2h, h2d;
+  for (const Slice& slice : t.slices) {
+    if (slice.kind != SliceKind::kD2H && slice.kind != SliceKind::kH2D) continue;
+    ASSERT_TRUE(slice.args.count("group")) << slice.name;
+    EXPECT_THAT(slice.args.at("group"), ::testing::HasSubstr(" of chunk "));
+    (slice.kind == SliceKind::kD2H ? d2h : h2d)[slice.label]++;
+  }
+  EXPECT_EQ(d2h, h2d);  // every copy to host comes back, same group
+  EXPECT_EQ(d2h.size(), 2u);
+  EXPECT_GT(d2h["core_attn"], 0);
+  EXPECT_GT(d2h["moe_act"], 0);
 }
 
 }  // namespace
