@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/offload_test_util.h"
+#include "testing/pipeline_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/tensor_util.h"
 
@@ -25,54 +26,10 @@ using ::testing::IsEmpty;
 using offload_test::Consume;
 using offload_test::HostBytes;
 using offload_test::Produce;
+using pipeline_test::kElements;
+using pipeline_test::Modules;
 
-constexpr int64_t kElements = 64 * 64;  // f32: 16 KiB
-
-class PipelineDefectsTest : public ::testing::Test {
- protected:
-  void Make(PipelineOffloadOptions options, SimOptions sim_options = {}) {
-    off_.reset();  // before the backend it uses
-    sim_ = std::make_unique<SimBackend>(sim_options);
-    options.min_offload_elements = 1024;
-    ASSERT_OK_AND_ASSIGN(off_, PipelineOffloader::Create(*sim_, options));
-  }
-  Tensor New(uint64_t seed, int64_t duration_ns = 0) {
-    StatusOr<Tensor> t =
-        Produce(*sim_, DType::kF32, {64, 64}, seed, duration_ns);
-    EXPECT_OK(t.status());
-    return t.ok() ? *t : Tensor();
-  }
-  // One group `name` holding a fresh tensor of `seed`; returns its handle.
-  SavedTensor Group(const std::string& name, uint64_t seed,
-                    std::vector<Tensor> release = {}) {
-    EXPECT_OK(off_->GroupStart(name));
-    Tensor t = New(seed);
-    StatusOr<SavedTensor> saved = off_->Push(t);
-    EXPECT_OK(saved.status());
-    EXPECT_OK(off_->GroupCommit(name, release));
-    return saved.ok() ? *saved : SavedTensor();
-  }
-  // Pops, reads it on the compute stream and checks its bytes.
-  void PopAndCheck(const SavedTensor& saved, uint64_t seed) {
-    ASSERT_OK_AND_ASSIGN(Tensor t, off_->Pop(saved));
-    ASSERT_OK(Consume(*sim_, {t}, 1000));
-    ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, HostBytes(*sim_, t));
-    EXPECT_EQ(bytes, PatternBytes(0, kElements * 4, seed)) << "seed " << seed;
-  }
-  void ExpectClean() {
-    sim_->RunUntilIdle();
-    EXPECT_THAT(sim_->hazards(), IsEmpty());
-  }
-
-  std::unique_ptr<SimBackend> sim_;
-  std::unique_ptr<PipelineOffloader> off_;
-};
-
-PipelineOffloadOptions Modules(std::vector<std::string> names) {
-  PipelineOffloadOptions options;
-  options.offload_modules = std::move(names);
-  return options;
-}
+class PipelineDefectsTest : public pipeline_test::SimPipelineTest {};
 
 // (a) Chunk mismatch: a chunk whose groups all stay on device is still a
 // chunk; the groups after StartChunk land in the chunk the caller named.

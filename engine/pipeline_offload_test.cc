@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/offload_test_util.h"
+#include "testing/pipeline_test_util.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -20,23 +21,11 @@ namespace {
 using ::testing::HasSubstr;
 using offload_test::KernelNamed;
 using offload_test::MovesInto;
-using offload_test::Produce;
+using pipeline_test::Modules;
 using offload_test::TraceTime;
 
-class PipelineOffloadTest : public ::testing::Test {
+class PipelineOffloadTest : public pipeline_test::SimPipelineTest {
  protected:
-  void Make(PipelineOffloadOptions options, SimOptions sim_options = {}) {
-    off_.reset();
-    sim_ = std::make_unique<SimBackend>(sim_options);
-    options.min_offload_elements = 1024;
-    ASSERT_OK_AND_ASSIGN(off_, PipelineOffloader::Create(*sim_, options));
-  }
-  void Group(const std::string& name, uint64_t seed) {
-    ASSERT_OK(off_->GroupStart(name));
-    ASSERT_OK_AND_ASSIGN(Tensor t, Produce(*sim_, DType::kF32, {64, 64}, seed));
-    ASSERT_OK(off_->Push(t).status());
-    ASSERT_OK(off_->GroupCommit(name));
-  }
   // A compute kernel named `name` (what the model runs next).
   void Kernel(const std::string& name) {
     SimKernel kernel;
@@ -64,15 +53,7 @@ class PipelineOffloadTest : public ::testing::Test {
            std::to_string(off_->stats().bytes_reloaded);
   }
 
-  std::unique_ptr<SimBackend> sim_;
-  std::unique_ptr<PipelineOffloader> off_;
 };
-
-PipelineOffloadOptions Modules(std::vector<std::string> names) {
-  PipelineOffloadOptions options;
-  options.offload_modules = std::move(names);
-  return options;
-}
 
 // §5.6: with max_inflight 0 the compute stream waits for each offload right
 // after its commit; with 1, for the older of two; unset, never.
