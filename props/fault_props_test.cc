@@ -13,6 +13,7 @@
 #include "backends/sim/sim_backend.h"
 #include "engine/offload.h"
 #include "gtest/gtest.h"
+#include "props/retry.h"
 #include "rapidcheck/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/fault_backend.h"
@@ -20,30 +21,6 @@
 
 namespace offload {
 namespace {
-
-// Retries `call` (a Status- or StatusOr-returning callable) while it fails
-// with an injected-looking error; fails the property on anything else or
-// when retries run out. Returns the last result.
-template <typename Call>
-auto Retry(const std::string& what, Call call) {
-  for (int attempt = 0;; ++attempt) {
-    auto result = call();
-    const Status& status = [&]() -> const Status& {
-      if constexpr (std::is_same_v<decltype(result), Status>) {
-        return result;
-      } else {
-        return result.status();
-      }
-    }();
-    if (status.ok()) return result;
-    if (status.code() != StatusCode::kResourceExhausted &&
-        status.code() != StatusCode::kInternal) {
-      RC_FAIL(what + ": unexpected error " + status.ToString());
-    }
-    if (status.message().empty()) RC_FAIL(what + ": error without a message");
-    if (attempt > 64) RC_FAIL(what + ": still failing: " + status.ToString());
-  }
-}
 
 RC_GTEST_PROP(FaultProperties, FaultsEndInCorrectDataOrAClearErrorAndNoLeak,
               ()) {

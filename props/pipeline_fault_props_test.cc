@@ -14,6 +14,7 @@
 #include "backends/sim/sim_backend.h"
 #include "engine/pipeline_offload.h"
 #include "gtest/gtest.h"
+#include "props/retry.h"
 #include "rapidcheck/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/fault_backend.h"
@@ -21,29 +22,6 @@
 
 namespace offload {
 namespace {
-
-bool Injected(const Status& status) {
-  return status.code() == StatusCode::kResourceExhausted ||
-         status.code() == StatusCode::kInternal;
-}
-
-// Retries `call` while it fails with an injected-looking error.
-template <typename Call>
-auto Retry(const std::string& what, Call call) {
-  for (int attempt = 0;; ++attempt) {
-    auto result = call();
-    Status status;
-    if constexpr (std::is_same_v<decltype(result), Status>) {
-      status = result;
-    } else {
-      status = result.status();
-    }
-    if (status.ok()) return result;
-    if (!Injected(status)) RC_FAIL(what + ": unexpected " + status.ToString());
-    if (status.message().empty()) RC_FAIL(what + ": error without a message");
-    if (attempt > 64) RC_FAIL(what + ": still failing: " + status.ToString());
-  }
-}
 
 // A call that has happened even when it reports an injected ordering
 // failure (its memory is kept, not freed unordered): not retried.

@@ -1,0 +1,44 @@
+// Retry: the fault properties' way through injected failures.
+
+#ifndef OFFLOAD_PROPS_RETRY_H_
+#define OFFLOAD_PROPS_RETRY_H_
+
+#include <string>
+#include <type_traits>
+
+#include "engine/status.h"
+#include "rapidcheck.h"
+
+namespace offload {
+
+// Whether `status` looks like an injected failure (FaultInjectingBackend):
+// kResourceExhausted or kInternal.
+inline bool Injected(const Status& status) {
+  return status.code() == StatusCode::kResourceExhausted ||
+         status.code() == StatusCode::kInternal;
+}
+
+// Retries `call` (a Status- or StatusOr-returning callable) while it fails
+// with an injected-looking error; fails the property on any other error, an
+// error without a message, or when 64 retries do not get past it. Returns
+// the last (successful) result.
+template <typename Call>
+auto Retry(const std::string& what, Call call) {
+  for (int attempt = 0;; ++attempt) {
+    auto result = call();
+    Status status;
+    if constexpr (std::is_same_v<decltype(result), Status>) {
+      status = result;
+    } else {
+      status = result.status();
+    }
+    if (status.ok()) return result;
+    if (!Injected(status)) RC_FAIL(what + ": unexpected " + status.ToString());
+    if (status.message().empty()) RC_FAIL(what + ": error without a message");
+    if (attempt > 64) RC_FAIL(what + ": still failing: " + status.ToString());
+  }
+}
+
+}  // namespace offload
+
+#endif  // OFFLOAD_PROPS_RETRY_H_
