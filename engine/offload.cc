@@ -1,11 +1,13 @@
 // The layer front door: option checks and the public class, which forwards
-// to Offloader::Impl (engine/offload_impl.h).
+// to its policy (engine/offload_policy.h): TE's schedules
+// (engine/offload_impl.h) or the byte budget (engine/budget/).
 
 #include "engine/offload.h"
 
 #include <string>
 #include <utility>
 
+#include "engine/budget/budget_policy.h"
 #include "engine/offload_impl.h"
 
 namespace offload {
@@ -51,9 +53,20 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
     return invalid("a schedule table and manual_synchronization exclude each "
                    "other");
   }
+  if (options.activation_budget_bytes.has_value()) {
+    if (*options.activation_budget_bytes <= 0) {
+      return invalid("activation_budget_bytes must be positive, got " +
+                     std::to_string(*options.activation_budget_bytes));
+    }
+    if (options.manual_synchronization || options.schedule.has_value()) {
+      return invalid("activation_budget_bytes excludes manual_synchronization "
+                     "and a schedule table");
+    }
+  }
   ScheduleTable schedule;
   bool warn_no_overlap = false;
-  if (options.enabled && !options.manual_synchronization) {
+  const bool budget = options.activation_budget_bytes.has_value();
+  if (options.enabled && !options.manual_synchronization && !budget) {
     if (options.schedule.has_value()) {
       OFFLOAD_RETURN_IF_ERROR(
           ValidateSchedule(*options.schedule, options.model_layers)
@@ -80,8 +93,13 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
       OFFLOAD_ASSIGN_OR_RETURN(h2d, backend.NewStream("offload_h2d"));
     }
   }
-  auto impl = std::make_unique<Impl>(backend, options, std::move(schedule),
-                                     *d2h, *h2d);
+  std::unique_ptr<Impl> impl;
+  if (budget) {
+    impl = std::make_unique<BudgetPolicy>(backend, options, *d2h, *h2d);
+  } else {
+    impl = std::make_unique<LayerPolicy>(backend, options, std::move(schedule),
+                                         *d2h, *h2d);
+  }
   if (warn_no_overlap) {
     impl->core().Warn(
         "offloading " + std::to_string(options.offloaded_layers) + " of " +
@@ -125,6 +143,9 @@ const OffloaderStats& Offloader::stats() const { return impl_->core().stats(); }
 const ScheduleTable& Offloader::schedule() const { return impl_->schedule(); }
 bool Offloader::WillOffload(int layer) const {
   return impl_->WillOffload(layer);
+}
+std::string Offloader::BudgetPlanText() const {
+  return impl_->BudgetPlanText();
 }
 
 }  // namespace offload

@@ -51,8 +51,9 @@ class Offloader {
   //   offloaded_layers outside [0, model_layers - 1] (with default
   //   scheduling), an invalid schedule table, offload_stream without manual
   //   synchronization, min_offload_elements < 0, min_span_coverage outside
-  //   [0, 1]. offloaded_layers == model_layers - 1 is allowed with a warning
-  //   (no overlap is possible).
+  //   [0, 1], activation_budget_bytes <= 0 or with manual synchronization
+  //   or a schedule table. offloaded_layers == model_layers - 1 is allowed
+  //   with a warning (no overlap is possible).
   static StatusOr<std::unique_ptr<Offloader>> Create(Backend& backend,
                                                      const OffloadOptions& options);
   ~Offloader();
@@ -128,11 +129,17 @@ class Offloader {
   const OffloaderStats& stats() const;
   // The schedule in use (empty in manual mode).
   const ScheduleTable& schedule() const;
-  // Whether `layer` is offloaded by the schedule (manual: every layer may be).
+  // Whether `layer` is offloaded by the schedule (manual: every layer may be;
+  // byte budget: the plan offloads some of its tensors).
   bool WillOffload(int layer) const;
+  // Byte budget (SPEC §4.7): the plan in force as a table
+  // (FormatBudgetPlan); empty before it is made and in the other modes.
+  std::string BudgetPlanText() const;
 
  private:
-  class Impl;
+  class Impl;          // the policy interface (engine/offload_policy.h)
+  class LayerPolicy;   // TE's schedules (engine/offload_impl.h)
+  class BudgetPolicy;  // the byte budget (engine/budget/budget_policy.h)
   explicit Offloader(std::unique_ptr<Impl> impl);
 
   std::unique_ptr<Impl> impl_;

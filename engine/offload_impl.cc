@@ -18,7 +18,7 @@ std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
 
 // Ends the collection of the open layer's pushes; with automatic scheduling
 // an offloaded layer starts its offload now. Idempotent.
-Status Offloader::Impl::CloseForward() {
+Status Offloader::LayerPolicy::CloseForward() {
   if (open_layer_ < 0) return OkStatus();
   OffloadGroup& group = Group(open_layer_);
   if (!options_.manual_synchronization && WillOffload(open_layer_) &&
@@ -32,7 +32,7 @@ Status Offloader::Impl::CloseForward() {
 // The releases and reloads the schedule puts at `step`. Each acts only on a
 // group in the state before it, so a step retried after a failed reload
 // does only what is left.
-Status Offloader::Impl::RunStep(int step) {
+Status Offloader::LayerPolicy::RunStep(int step) {
   if (auto it = release_at_.find(step); it != release_at_.end()) {
     for (int layer : it->second) {
       OffloadGroup& group = Group(layer);
@@ -52,7 +52,7 @@ Status Offloader::Impl::RunStep(int step) {
   return OkStatus();
 }
 
-StatusOr<int> Offloader::Impl::ForwardStep() {
+StatusOr<int> Offloader::LayerPolicy::ForwardStep() {
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
   if (backward_count_ > 0) {
@@ -76,7 +76,7 @@ StatusOr<int> Offloader::Impl::ForwardStep() {
   return layer;
 }
 
-Status Offloader::Impl::BackwardStep(int layer) {
+Status Offloader::LayerPolicy::BackwardStep(int layer) {
   const int n = options_.model_layers;
   if (!options_.enabled) return OkStatus();
   const std::string where =
@@ -112,7 +112,7 @@ Status Offloader::Impl::BackwardStep(int layer) {
   return OkStatus();
 }
 
-Status Offloader::Impl::FinishBackward() {
+Status Offloader::LayerPolicy::FinishBackward() {
   if (!options_.enabled) {
     forward_count_ = 0;
     return OkStatus();
@@ -141,7 +141,7 @@ Status Offloader::Impl::FinishBackward() {
   return first.WithContext("FinishBackward (the iteration ended)");
 }
 
-Status Offloader::Impl::CheckPush(const std::string& what) const {
+Status Offloader::LayerPolicy::CheckPush(const std::string& what) const {
   if (open_layer_ >= 0) return OkStatus();
   std::string why =
       forward_count_ == 0
@@ -152,7 +152,7 @@ Status Offloader::Impl::CheckPush(const std::string& what) const {
                                  ": no layer's forward is open: " + why);
 }
 
-StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
+StatusOr<SavedTensor> Offloader::LayerPolicy::PushOne(const Tensor& tensor,
                                                int layer) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
@@ -164,7 +164,7 @@ StatusOr<SavedTensor> Offloader::Impl::PushOne(const Tensor& tensor,
                      SavedTensor::InGroup{layer, index});
 }
 
-StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
+StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const Tensor& tensor) {
   if (!options_.enabled) return Kept(tensor, -1);
   OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
   const int layer = open_layer_;
@@ -175,13 +175,13 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const Tensor& tensor) {
   return PushOne(tensor, layer);
 }
 
-Status Offloader::Impl::CheckOffloadable(const Tensor& tensor,
+Status Offloader::LayerPolicy::CheckOffloadable(const Tensor& tensor,
                                          const std::string& where) const {
   return offload::CheckOffloadable(tensor, core_.backend(),
                                    options_.min_offload_elements, where);
 }
 
-StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
+StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const CompositeTensor& tensor) {
   const bool enabled = options_.enabled;
   if (enabled) {
     OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
@@ -223,13 +223,13 @@ StatusOr<SavedTensor> Offloader::Impl::Push(const CompositeTensor& tensor) {
   return SavedTensor(owner_, iteration_, layer, std::move(composite));
 }
 
-Status Offloader::Impl::CheckHandle(const SavedTensor& saved,
+Status Offloader::LayerPolicy::CheckHandle(const SavedTensor& saved,
                                     const char* call) const {
   return offload::CheckHandle(saved, owner_, iteration_, options_.enabled,
                               call, "Offloader");
 }
 
-StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
+StatusOr<Tensor> Offloader::LayerPolicy::PopOne(const SavedTensor& saved) {
   if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
   const SavedTensor::InGroup* entry = saved.group_entry();
   if (entry == nullptr || entry->group < 0 ||
@@ -245,19 +245,19 @@ StatusOr<Tensor> Offloader::Impl::PopOne(const SavedTensor& saved) {
   return groups_[entry->group]->Pop(entry->index);
 }
 
-StatusOr<Tensor> Offloader::Impl::Pop(const SavedTensor& saved) {
+StatusOr<Tensor> Offloader::LayerPolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
   return PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-StatusOr<CompositeTensor> Offloader::Impl::PopComposite(
+StatusOr<CompositeTensor> Offloader::LayerPolicy::PopComposite(
     const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
   return offload::PopComposite(
       saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-Status Offloader::Impl::Manual(const char* call, int layer) {
+Status Offloader::LayerPolicy::Manual(const char* call, int layer) {
   if (!options_.enabled) return OkStatus();
   const std::string where = std::string(call) + "(" + LayerName(layer) + ")";
   if (!options_.manual_synchronization) {

@@ -1,5 +1,6 @@
-// Offloader::Impl: TE's layer policy (engine/offload.h) on the shared
-// mechanism of engine/core. Private to the //engine:offload library.
+// Offloader::LayerPolicy: TE's layer policy (engine/offload.h) on the shared
+// mechanism of engine/core: default k-of-n, a schedule table, or manual
+// calls. Private to the //engine:offload library.
 
 #ifndef OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
 #define OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
@@ -14,12 +15,13 @@
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
 #include "engine/offload.h"
+#include "engine/offload_policy.h"
 
 namespace offload {
 
-class Offloader::Impl {
+class Offloader::LayerPolicy final : public Offloader::Impl {
  public:
-  Impl(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
+  LayerPolicy(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
        Stream& d2h, Stream& h2d)
       : options_(options),
         schedule_(std::move(schedule)),
@@ -39,38 +41,38 @@ class Offloader::Impl {
     }
   }
 
-  StatusOr<int> ForwardStep();
-  Status BackwardStep(int layer);
-  Status FinishBackward();
-  StatusOr<SavedTensor> Push(const Tensor& tensor);
-  StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
-  StatusOr<Tensor> Pop(const SavedTensor& saved);
-  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
-  Status Manual(const char* call, int layer);
+  StatusOr<int> ForwardStep() override;
+  Status BackwardStep(int layer) override;
+  Status FinishBackward() override;
+  StatusOr<SavedTensor> Push(const Tensor& tensor) override;
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
+  StatusOr<Tensor> Pop(const SavedTensor& saved) override;
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) override;
+  Status Manual(const char* call, int layer) override;
 
-  bool WillOffload(int layer) const {
+  bool WillOffload(int layer) const override {
     if (!options_.enabled || layer < 0 || layer >= options_.model_layers) {
       return false;
     }
     return options_.manual_synchronization || schedule_.count(layer) > 0;
   }
-  GroupState state(int layer) const {
+  GroupState state(int layer) const override {
     if (layer < 0 || layer >= options_.model_layers) {
       return GroupState::kNotOffloaded;
     }
     const OffloadGroup* group = FindGroup(layer);
     return group != nullptr ? group->state() : GroupState::kNotOffloaded;
   }
-  int64_t OffloadedBytes() const {
+  int64_t OffloadedBytes() const override {
     int64_t total = core_.pinned().bytes();
     for (const auto& group : groups_) {
       if (group != nullptr) total += group->host_bytes();
     }
     return total;
   }
-  const ScheduleTable& schedule() const { return schedule_; }
-  OffloadCore& core() { return core_; }
-  const OffloadCore& core() const { return core_; }
+  const ScheduleTable& schedule() const override { return schedule_; }
+  OffloadCore& core() override { return core_; }
+  const OffloadCore& core() const override { return core_; }
 
  private:
   std::string Iteration() const {

@@ -34,6 +34,13 @@ struct OffloadOptions {
   Stream* offload_stream = nullptr;
   // Echo warnings to stderr as well as to diagnostics().
   bool warnings_to_stderr = false;
+  // SPEC §4.7: instead of k of n layers, keep the device bytes of saved
+  // tensors that may be offloaded within this budget. The first iteration
+  // runs without offloading and is recorded; the plan made from it
+  // (engine/budget/budget_plan.h, Offloader::BudgetPlanText) drives the
+  // iterations after it. offloaded_layers is then ignored. Excludes
+  // manual_synchronization and a schedule table.
+  std::optional<int64_t> activation_budget_bytes;
 };
 
 // Life cycle of one layer's group (SPEC §3).

@@ -13,6 +13,9 @@ namespace offload {
 struct GroupKey {
   // Layer mode: the layer id; -1 in the fine-grained mode.
   int layer = -1;
+  // Layer mode with a byte budget (SPEC §4.7): the unit (one storage's
+  // views) among the iteration's units; -1 otherwise.
+  int unit = -1;
   // Fine-grained mode: the chunk (virtual pipeline stage, microbatch), the
   // group's name and its ordinal among the groups of that name in the
   // chunk (one per layer of the chunk).
@@ -24,6 +27,12 @@ struct GroupKey {
   static GroupKey Layer(int layer) {
     GroupKey key;
     key.layer = layer;
+    return key;
+  }
+  static GroupKey Unit(int layer, int unit) {
+    GroupKey key;
+    key.layer = layer;
+    key.unit = unit;
     return key;
   }
   static GroupKey Named(int stage, int microbatch, std::string name,
@@ -38,9 +47,13 @@ struct GroupKey {
 
   bool is_layer() const { return layer >= 0; }
 
-  // "layer 3", or "group 'qkv_linear' #2 of chunk (stage 0, microbatch 1)".
+  // "layer 3", "layer 3 unit 12", or
+  // "group 'qkv_linear' #2 of chunk (stage 0, microbatch 1)".
   std::string ToString() const {
-    if (is_layer()) return "layer " + std::to_string(layer);
+    if (is_layer()) {
+      return "layer " + std::to_string(layer) +
+             (unit >= 0 ? " unit " + std::to_string(unit) : "");
+    }
     return "group '" + name + "' #" + std::to_string(ordinal) +
            " of chunk (stage " + std::to_string(stage) + ", microbatch " +
            std::to_string(microbatch) + ")";

@@ -1,0 +1,262 @@
+// The byte-budget policy's backward (budget_policy.h): frees per backward
+// layer, reloads where the plan puts them, and the plan made at the end of
+// a recorded iteration.
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/budget/budget_policy.h"
+#include "engine/core/push_checks.h"
+
+namespace offload {
+namespace {
+
+std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
+
+}  // namespace
+
+Status Offloader::BudgetPolicy::CloseUnits() {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (units_[i].offloaded &&
+        groups_[i]->state() == GroupState::kNotOffloaded) {
+      Status started = groups_[i]->StartOffload(options_.retain_pinned_buffers);
+      if (!started.ok()) return started;
+    }
+  }
+  return OkStatus();
+}
+
+Status Offloader::BudgetPolicy::RunReloads(int call) {
+  if (!plan_.has_value()) return OkStatus();
+  while (next_reload_ < reload_order_.size()) {
+    const int unit = reload_order_[next_reload_];
+    if (plan_->reload_at[unit] > call) break;
+    if (unit < static_cast<int>(units_.size()) && units_[unit].offloaded &&
+        groups_[unit]->state() == GroupState::kOffloadFinished) {
+      OFFLOAD_RETURN_IF_ERROR(groups_[unit]->StartReload());
+    }
+    ++next_reload_;
+  }
+  return OkStatus();
+}
+
+Status Offloader::BudgetPolicy::BackwardStep(int layer) {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return OkStatus();
+  const std::string where =
+      "BackwardStep(" + LayerName(layer) + ") in " + Iteration();
+  if (layer < 0 || layer >= n) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(n) + " layers");
+  }
+  if (layer >= forward_count_) {
+    return FailedPreconditionError(
+        where + ": its forward has not run (" +
+        std::to_string(forward_count_) + " layers ran forward)");
+  }
+  if (backward_begun_[layer]) {
+    return FailedPreconditionError(where + ": its backward already began");
+  }
+  open_layer_ = -1;
+  RetryReleases();
+  OFFLOAD_RETURN_IF_ERROR(CloseUnits().WithContext(where));
+  // The previous backward layer is done: its units go (SPEC §4.5).
+  if (last_backward_ >= 0) {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      if (units_[i].layer != last_backward_ || !units_[i].offloaded ||
+          groups_[i]->state() == GroupState::kReleased) {
+        continue;
+      }
+      OFFLOAD_RETURN_IF_ERROR(
+          groups_[i]->ReleaseAll(options_.retain_pinned_buffers)
+              .WithContext(where));
+    }
+  }
+  OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext(where));
+  step_call_[layer] = backward_calls_++;
+  backward_begun_[layer] = true;
+  backward_count_++;
+  last_backward_ = layer;
+  return OkStatus();
+}
+
+void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
+  // Uses are recorded only where a plan will be made from them (a change
+  // of workload shows in the forward, before any use).
+  if (backward_count_ == 0 || planned()) return;
+  auto note = [&](const SavedTensor& s) {
+    int unit = -1;
+    if (const SavedTensor::InGroup* entry = s.group_entry()) {
+      unit = entry->group;
+    } else if (const SavedTensor::Kept* kept = s.kept()) {
+      for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+        if (units_[i].storage == kept->tensor.storage.get()) {
+          unit = i;
+          break;
+        }
+      }
+    }
+    if (unit >= 0 && unit < static_cast<int>(units_.size()) &&
+        units_[unit].first_use < 0) {
+      units_[unit].first_use = backward_calls_;
+    }
+  };
+  if (const SavedTensor::Composite* composite = saved.composite()) {
+    for (const auto& component : composite->components) {
+      if (component.has_value()) note(*component);
+    }
+  } else {
+    note(saved);
+  }
+}
+
+StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
+  if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
+  const SavedTensor::InGroup* entry = saved.group_entry();
+  if (entry == nullptr || entry->group < 0 ||
+      entry->group >= static_cast<int>(groups_.size()) ||
+      groups_[entry->group] == nullptr) {
+    return InvalidArgumentError("Pop: a malformed SavedTensor (no unit " +
+                                std::string(entry ? std::to_string(entry->group)
+                                                  : "entry") + ")");
+  }
+  OffloadGroup& group = *groups_[entry->group];
+  if (group.state() == GroupState::kOffloadFinished) {
+    // Its reload was not planned by now (the workload changed): start it
+    // here; the pop then waits for it.
+    OFFLOAD_RETURN_IF_ERROR(group.StartReload().WithContext("Pop"));
+  }
+  return group.Pop(entry->index);
+}
+
+StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
+                                      options_.enabled, "Pop", "Offloader"));
+  if (backward_count_ > 0) {
+    OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext("Pop"));
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(
+      Tensor tensor,
+      PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); }));
+  NoteUse(saved);
+  if (backward_count_ > 0) ++backward_calls_;
+  return tensor;
+}
+
+StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
+    const SavedTensor& saved) {
+  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
+                                      options_.enabled, "PopComposite",
+                                      "Offloader"));
+  if (backward_count_ > 0) {
+    OFFLOAD_RETURN_IF_ERROR(
+        RunReloads(backward_calls_).WithContext("PopComposite"));
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(
+      CompositeTensor tensor,
+      offload::PopComposite(
+          saved, [this](const SavedTensor& s) { return PopOne(s); }));
+  NoteUse(saved);
+  if (backward_count_ > 0) ++backward_calls_;
+  return tensor;
+}
+
+Status Offloader::BudgetPolicy::MakePlan() {
+  BudgetRecording recording;
+  recording.layers = options_.model_layers;
+  recording.forward_pushes = pushes_;
+  recording.backward_calls = backward_calls_;
+  // A unit's memory goes at the BackwardStep after its layer's (the next
+  // larger step call), or at FinishBackward.
+  std::vector<int> steps;
+  for (int call : step_call_) {
+    if (call >= 0) steps.push_back(call);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (const Unit& live : units_) {
+    BudgetUnit unit;
+    unit.layer = live.layer;
+    unit.bytes = live.bytes;
+    unit.first_push = live.first_push;
+    unit.last_push = live.last_push;
+    unit.first_use = live.first_use;
+    unit.free_at = backward_calls_;
+    const int own = step_call_[live.layer];
+    if (own >= 0) {
+      auto next = std::upper_bound(steps.begin(), steps.end(), own);
+      if (next != steps.end()) unit.free_at = *next;
+    }
+    // A unit popped only after a later layer's BackwardStep is freed at
+    // the step after that pop.
+    if (unit.first_use >= unit.free_at) {
+      auto next = std::upper_bound(steps.begin(), steps.end(), unit.first_use);
+      unit.free_at = next != steps.end() ? *next : backward_calls_;
+    }
+    recording.units.push_back(unit);
+  }
+  StatusOr<BudgetPlan> plan = PlanBudget(recording, budget_);
+  if (!plan.ok()) {
+    recording_.reset();
+    plan_.reset();
+    return plan.status().WithContext(
+        "no activation-budget plan (offloading stays off; the next "
+        "iteration is recorded again)");
+  }
+  recording_ = std::move(recording);
+  plan_ = std::move(plan).value();
+  release_at_push_.clear();
+  reload_order_.clear();
+  for (size_t i = 0; i < recording_->units.size(); ++i) {
+    if (!plan_->offloaded[i]) continue;
+    release_at_push_[plan_->release_at[i]].push_back(static_cast<int>(i));
+    if (plan_->reload_at[i] >= 0) reload_order_.push_back(static_cast<int>(i));
+  }
+  std::stable_sort(reload_order_.begin(), reload_order_.end(),
+                   [this](int a, int b) {
+                     return plan_->reload_at[a] < plan_->reload_at[b];
+                   });
+  return OkStatus();
+}
+
+Status Offloader::BudgetPolicy::FinishBackward() {
+  if (!options_.enabled) {
+    forward_count_ = 0;
+    return OkStatus();
+  }
+  if (backward_count_ == 0) {
+    return FailedPreconditionError("FinishBackward in " + Iteration() +
+                                   ": no backward step was taken");
+  }
+  // The iteration ends whatever fails here; memory whose free could not be
+  // ordered is kept (warned) and the first such error returned.
+  Status first = OkStatus();
+  for (auto& group : groups_) {
+    if (group == nullptr) continue;
+    if (group->state() != GroupState::kReleased) {
+      first.Update(group->ReleaseAll(options_.retain_pinned_buffers));
+    }
+    group->BeginIteration();
+  }
+  first.Update(core_.RetryKept());
+  // A recorded iteration, or one whose workload changed (its units were
+  // tracked all the same), gives the plan of the next.
+  if (!plan_.has_value() || diverged_) first.Update(MakePlan());
+  iteration_++;
+  diverged_ = false;
+  forward_count_ = 0;
+  open_layer_ = -1;
+  pushes_ = 0;
+  backward_calls_ = 0;
+  backward_count_ = 0;
+  last_backward_ = -1;
+  backward_begun_.assign(options_.model_layers, false);
+  step_call_.assign(options_.model_layers, -1);
+  units_.clear();
+  pending_releases_.clear();
+  next_reload_ = 0;
+  return first.WithContext("FinishBackward (the iteration ended)");
+}
+
+}  // namespace offload

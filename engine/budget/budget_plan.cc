@@ -1,0 +1,271 @@
+#include "engine/budget/budget_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace offload {
+namespace {
+
+std::string UnitName(const BudgetRecording& recording, int unit) {
+  const BudgetUnit& u = recording.units[unit];
+  return "unit " + std::to_string(unit) + " (layer " + std::to_string(u.layer) +
+         ", pushes " + std::to_string(u.first_push) + ".." +
+         std::to_string(u.last_push) + ", " + std::to_string(u.bytes) +
+         " bytes)";
+}
+
+// Units in order of first use (ties by unit index) among those that are
+// offloaded and popped.
+std::vector<int> ReloadOrder(const BudgetRecording& recording,
+                             const std::vector<bool>& offloaded) {
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(recording.units.size()); ++i) {
+    if (offloaded[i] && recording.units[i].first_use >= 0) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return recording.units[a].first_use < recording.units[b].first_use;
+  });
+  return order;
+}
+
+}  // namespace
+
+int64_t BudgetPlan::OffloadedBytes(const BudgetRecording& recording) const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < offloaded.size(); ++i) {
+    if (offloaded[i]) bytes += recording.units[i].bytes;
+  }
+  return bytes;
+}
+
+Status ValidateRecording(const BudgetRecording& r) {
+  if (r.layers < 1 || r.forward_pushes < 0 || r.backward_calls < 0) {
+    return InvalidArgumentError("budget recording: " +
+                                std::to_string(r.layers) + " layers, " +
+                                std::to_string(r.forward_pushes) +
+                                " pushes, " + std::to_string(r.backward_calls) +
+                                " backward calls");
+  }
+  for (int i = 0; i < static_cast<int>(r.units.size()); ++i) {
+    const BudgetUnit& u = r.units[i];
+    auto bad = [&](const std::string& why) {
+      return InvalidArgumentError("budget recording, " + UnitName(r, i) +
+                                  ": " + why);
+    };
+    if (u.layer < 0 || u.layer >= r.layers) return bad("layer out of range");
+    if (u.bytes <= 0) return bad("no bytes");
+    if (u.first_push < 0 || u.last_push < u.first_push ||
+        u.last_push >= r.forward_pushes) {
+      return bad("pushes out of range");
+    }
+    // A unit's views are pushed by consecutive calls: units follow each
+    // other (two may share a call: components of one composite).
+    if (i > 0 && u.first_push < r.units[i - 1].last_push) {
+      return bad("pushed before the previous unit's last push");
+    }
+    if (u.first_use < -1 || u.first_use >= r.backward_calls) {
+      return bad("first use out of range");
+    }
+    if (u.free_at < 0 || u.free_at > r.backward_calls ||
+        u.free_at <= u.first_use) {
+      return bad("freed at backward call " + std::to_string(u.free_at) +
+                 ", not after its first use");
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
+  if (budget <= 0) {
+    return InvalidArgumentError("activation budget must be positive, got " +
+                                std::to_string(budget));
+  }
+  OFFLOAD_RETURN_IF_ERROR(ValidateRecording(r));
+  const int n = static_cast<int>(r.units.size());
+  BudgetPlan plan;
+  plan.budget = budget;
+  plan.offloaded.assign(n, false);
+  plan.release_at.assign(n, -1);
+  plan.reload_at.assign(n, -1);
+  auto too_small = [&](const std::string& where, int unit, int64_t held) {
+    return ResourceExhaustedError(
+        "activation budget of " + std::to_string(budget) + " bytes is too "
+        "small " + where + ": " + UnitName(r, unit) + " needs room while " +
+        std::to_string(held) + " bytes stay on device");
+  };
+
+  // Forward. `resident` counts units allocated and not released; the room
+  // for the units first pushed at q is made at the end of push q - 1.
+  int64_t resident = 0;
+  int next_unit = 0;       // the first unit not yet allocated
+  int next_release = 0;    // release candidates go in order of first push
+  for (int q = 0; q < r.forward_pushes; ++q) {
+    int64_t need = 0;
+    int last = next_unit;
+    while (last < n && r.units[last].first_push == q) need += r.units[last++].bytes;
+    while (resident + need > budget) {
+      // The earliest pushed unit not yet released whose pushes ended before
+      // push q - 1, which is where it would be released.
+      while (next_release < next_unit &&
+             plan.offloaded[next_release]) {
+        ++next_release;
+      }
+      if (next_release >= next_unit ||
+          r.units[next_release].last_push >= q - 1) {
+        return too_small("in the forward", next_unit, resident);
+      }
+      plan.offloaded[next_release] = true;
+      plan.release_at[next_release] = q - 1;
+      resident -= r.units[next_release].bytes;
+    }
+    resident += need;
+    plan.peak_bytes = std::max(plan.peak_bytes, resident);
+    next_unit = last;
+  }
+
+  // Backward: frees, then reloads in order of first use, each as soon as it
+  // fits, at the latest at its first use.
+  std::vector<bool> on_device(n, true);
+  for (int i = 0; i < n; ++i) on_device[i] = !plan.offloaded[i];
+  const std::vector<int> order = ReloadOrder(r, plan.offloaded);
+  size_t next = 0;
+  for (int c = 0; c <= r.backward_calls; ++c) {
+    for (int i = 0; i < n; ++i) {
+      if (r.units[i].free_at == c && on_device[i]) {
+        on_device[i] = false;
+        resident -= r.units[i].bytes;
+      }
+    }
+    if (c == r.backward_calls) break;
+    while (next < order.size()) {
+      const int unit = order[next];
+      if (resident + r.units[unit].bytes > budget) {
+        if (r.units[unit].first_use == c) {
+          return too_small("in the backward", unit, resident);
+        }
+        break;
+      }
+      plan.reload_at[unit] = c;
+      on_device[unit] = true;
+      resident += r.units[unit].bytes;
+      plan.peak_bytes = std::max(plan.peak_bytes, resident);
+      ++next;
+    }
+  }
+  OFFLOAD_RETURN_IF_ERROR(ValidateBudgetPlan(plan, r).WithContext(
+      "internal: the planned budget schedule failed its check"));
+  return plan;
+}
+
+Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
+  OFFLOAD_RETURN_IF_ERROR(ValidateRecording(r));
+  const size_t n = r.units.size();
+  if (plan.offloaded.size() != n || plan.release_at.size() != n ||
+      plan.reload_at.size() != n) {
+    return InvalidArgumentError("budget plan: sized for another recording");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const BudgetUnit& u = r.units[i];
+    auto bad = [&](const std::string& why) {
+      return InvalidArgumentError("budget plan, " + UnitName(r, int(i)) +
+                                  ": " + why);
+    };
+    if (!plan.offloaded[i]) {
+      if (plan.release_at[i] != -1 || plan.reload_at[i] != -1) {
+        return bad("not offloaded but released or reloaded");
+      }
+      continue;
+    }
+    if (plan.release_at[i] <= u.last_push ||
+        plan.release_at[i] >= r.forward_pushes) {
+      return bad("released at push " + std::to_string(plan.release_at[i]) +
+                 ", not after its last push and within the forward");
+    }
+    if (u.first_use < 0 ? plan.reload_at[i] != -1
+                        : plan.reload_at[i] < 0 ||
+                              plan.reload_at[i] > u.first_use) {
+      return bad("reloaded at backward call " +
+                 std::to_string(plan.reload_at[i]) + ", first used at " +
+                 std::to_string(u.first_use));
+    }
+  }
+  // Replay the calls and count the bytes on device.
+  int64_t resident = 0, peak = 0;
+  std::vector<bool> on_device(n, false);
+  auto over = [&](const std::string& where) {
+    return InvalidArgumentError("budget plan: " + std::to_string(resident) +
+                                " bytes on device " + where + ", budget " +
+                                std::to_string(plan.budget));
+  };
+  for (int q = 0; q < r.forward_pushes; ++q) {
+    for (size_t i = 0; i < n; ++i) {
+      if (r.units[i].first_push == q) {
+        on_device[i] = true;
+        resident += r.units[i].bytes;
+      }
+    }
+    peak = std::max(peak, resident);
+    if (resident > plan.budget) return over("at push " + std::to_string(q));
+    for (size_t i = 0; i < n; ++i) {
+      if (plan.release_at[i] == q) {
+        on_device[i] = false;
+        resident -= r.units[i].bytes;
+      }
+    }
+  }
+  for (int c = 0; c < r.backward_calls; ++c) {
+    for (size_t i = 0; i < n; ++i) {
+      if (r.units[i].free_at == c && on_device[i]) {
+        on_device[i] = false;
+        resident -= r.units[i].bytes;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (plan.reload_at[i] == c) {
+        on_device[i] = true;
+        resident += r.units[i].bytes;
+      }
+    }
+    peak = std::max(peak, resident);
+    if (resident > plan.budget) {
+      return over("at backward call " + std::to_string(c));
+    }
+  }
+  if (peak != plan.peak_bytes) {
+    return InvalidArgumentError("budget plan: peak " +
+                                std::to_string(plan.peak_bytes) +
+                                " bytes claimed, " + std::to_string(peak) +
+                                " replayed");
+  }
+  return OkStatus();
+}
+
+std::string FormatBudgetPlan(const BudgetPlan& plan,
+                             const BudgetRecording& r) {
+  std::string out =
+      "unit  layer        bytes  offloaded  released@push  reload@bwd_call\n";
+  char line[160];
+  for (size_t i = 0; i < r.units.size(); ++i) {
+    const BudgetUnit& u = r.units[i];
+    std::snprintf(line, sizeof(line), "%4zu  %5d  %11lld  %9s  %13d  %15d\n",
+                  i, u.layer, static_cast<long long>(u.bytes),
+                  plan.offloaded[i] ? "yes" : "no", plan.release_at[i],
+                  plan.reload_at[i]);
+    out += line;
+  }
+  int64_t total = 0;
+  for (const BudgetUnit& u : r.units) total += u.bytes;
+  std::snprintf(line, sizeof(line),
+                "offloaded %lld of %lld bytes; peak on device %lld bytes, "
+                "budget %lld\n",
+                static_cast<long long>(plan.OffloadedBytes(r)),
+                static_cast<long long>(total),
+                static_cast<long long>(plan.peak_bytes),
+                static_cast<long long>(plan.budget));
+  out += line;
+  return out;
+}
+
+}  // namespace offload

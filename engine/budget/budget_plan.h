@@ -1,0 +1,106 @@
+// The byte-budget schedule (SPEC §4.7): from one recorded iteration, which
+// saved tensors go to host, where the compute stream waits for their copy
+// so that the next tensor fits, and when each comes back. Pure data and
+// functions: no backend, no engine state.
+//
+// The recording is a sequence of engine calls. Forward: Push calls, indexed
+// 0, 1, ... in the iteration. Backward: BackwardStep and Pop calls, indexed
+// 0, 1, ... (FinishBackward is index `backward_calls`). A unit is one device
+// storage whose views were pushed by consecutive Push calls of one layer
+// (SPEC §2: its bytes move once).
+//
+// The model the plan relies on, which is autograd's order and the layer
+// benchmark's (bench/layer_stack.h, --push_at=gemm):
+//  - each saved tensor is allocated after the previous Push returned, so
+//    memory freed at Push q is free before the next saved tensor exists;
+//  - the most recently pushed unit may still be read by the kernel that
+//    produces the next one, so it is never released for that one;
+//  - the caller drops its own references to a pushed tensor by the next
+//    Push (otherwise releasing it frees nothing: stats'
+//    bytes_retained_by_caller);
+//  - popped tensors are dropped by the next BackwardStep, which releases
+//    the previous backward layer's units (SPEC §4.5).
+// Under that model the plan keeps the bytes of offloadable saved tensors on
+// the device within the budget at every instant (SPEC §6.2); tensors that
+// are never offloaded (SPEC §1.2) come on top.
+
+#ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_
+#define OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace offload {
+
+struct BudgetUnit {
+  int layer = 0;
+  int64_t bytes = 0;    // the storage's device bytes
+  int first_push = 0;   // forward Push index of its first view
+  int last_push = 0;    // and of its last
+  int first_use = -1;   // backward call index of its first Pop; -1: none
+  // Backward call index at which its memory goes: the BackwardStep after
+  // its layer's, or FinishBackward (== backward_calls).
+  int free_at = 0;
+};
+
+struct BudgetRecording {
+  int layers = 0;
+  int forward_pushes = 0;
+  int backward_calls = 0;
+  std::vector<BudgetUnit> units;  // in order of first push
+};
+
+struct BudgetPlan {
+  int64_t budget = 0;
+  // Per unit (indexed like BudgetRecording::units):
+  std::vector<bool> offloaded;
+  // Push index at whose end its device memory is released (the compute
+  // stream waits for its copy); -1 if not offloaded.
+  std::vector<int> release_at;
+  // Backward call index at whose start its reload begins; -1 if not
+  // offloaded.
+  std::vector<int> reload_at;
+  // The most offloadable bytes on device at once under the plan.
+  int64_t peak_bytes = 0;
+
+  int64_t OffloadedBytes(const BudgetRecording& recording) const;
+};
+
+// Plans `recording` within `budget` bytes: units are released, earliest
+// pushed first, only when the next unit would not fit; a released unit's
+// copy starts when its last view is pushed; reloads start in order of first
+// use, each as soon as it fits after the frees of that call, and at the
+// latest at its first use.
+// Errors: kInvalidArgument if budget <= 0 or the recording is inconsistent
+//   (ValidateRecording); kResourceExhausted naming the layer, unit and bytes
+//   where no plan can keep the budget (a unit larger than it, or units that
+//   cannot be released yet).
+StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
+                                int64_t budget);
+
+// Checks a recording: units in order of first push, pushes in range and
+// not interleaved within a layer's unit, uses and frees in range, each
+// unit's use before its free. Errors: kInvalidArgument naming the unit.
+Status ValidateRecording(const BudgetRecording& recording);
+
+// Checks `plan` against `recording` independently of PlanBudget: sizes
+// match; an offloaded unit is released after its last push and before any
+// later unit's push that needs the room, reloaded after the forward and no
+// later than its first use; and replaying the calls, the offloadable bytes
+// on device never exceed the budget and equal peak_bytes at most.
+// Errors: kInvalidArgument naming the unit and the rule.
+Status ValidateBudgetPlan(const BudgetPlan& plan,
+                          const BudgetRecording& recording);
+
+// A table: one row per unit (layer, bytes, offloaded, release, reload),
+// then the totals and the peak against the budget.
+std::string FormatBudgetPlan(const BudgetPlan& plan,
+                             const BudgetRecording& recording);
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_

@@ -1,0 +1,162 @@
+// The byte-budget plan (SPEC §4.7) on hand-made and random recordings.
+
+#include "engine/budget/budget_plan.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `layers` layers of `per_layer` units of `bytes` each, pushed one per call
+// in order; backward: BackwardStep(layer) then a Pop of each unit in
+// reverse push order, for layers n-1..0 (autograd's order).
+BudgetRecording Stack(int layers, int per_layer, int64_t bytes) {
+  BudgetRecording r;
+  r.layers = layers;
+  r.forward_pushes = layers * per_layer;
+  std::vector<int> step_call(layers);
+  std::vector<std::vector<int>> pop_call(layers, std::vector<int>(per_layer));
+  int call = 0;
+  for (int l = layers - 1; l >= 0; --l) {
+    step_call[l] = call++;
+    for (int u = per_layer - 1; u >= 0; --u) pop_call[l][u] = call++;
+  }
+  r.backward_calls = call;
+  for (int l = 0; l < layers; ++l) {
+    for (int u = 0; u < per_layer; ++u) {
+      BudgetUnit unit;
+      unit.layer = l;
+      unit.bytes = bytes;
+      unit.first_push = unit.last_push = l * per_layer + u;
+      unit.first_use = pop_call[l][u];
+      unit.free_at = l > 0 ? step_call[l - 1] : call;
+      r.units.push_back(unit);
+    }
+  }
+  return r;
+}
+
+TEST(BudgetPlanTest, AmpleBudgetOffloadsNothing) {
+  const BudgetRecording r = Stack(4, 3, 100);
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 1200));
+  EXPECT_EQ(plan.OffloadedBytes(r), 0);
+  EXPECT_EQ(plan.peak_bytes, 1200);
+  EXPECT_OK(ValidateBudgetPlan(plan, r));
+}
+
+// 4 layers x 3 units of 100 bytes, budget 700: unit 7 (push 7) needs room
+// at the end of push 6, which releases unit 0; and so on: units 0..4 go to
+// host, each released one push after the next needs it.
+TEST(BudgetPlanTest, ReleasesEarliestPushedJustInTime) {
+  const BudgetRecording r = Stack(4, 3, 100);
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 700));
+  EXPECT_OK(ValidateBudgetPlan(plan, r));
+  EXPECT_EQ(plan.peak_bytes, 700);
+  for (int u = 0; u < 12; ++u) {
+    EXPECT_EQ(plan.offloaded[u], u < 5) << "unit " << u;
+    if (u < 5) {
+      EXPECT_EQ(plan.release_at[u], u + 6) << "unit " << u;
+    }
+  }
+  // Backward: layer 3's BackwardStep is call 0 (700 bytes on device); its
+  // units go at call 4 (layer 2's step): then units 4, 3 and 2 come back at
+  // once, in order of use (700 bytes again); units 1 and 0 once layer 2's
+  // go at call 8.
+  EXPECT_EQ(plan.reload_at[4], 4);
+  EXPECT_EQ(plan.reload_at[3], 4);
+  EXPECT_EQ(plan.reload_at[2], 4);
+  EXPECT_EQ(plan.reload_at[1], 8);
+  EXPECT_EQ(plan.reload_at[0], 8);
+}
+
+TEST(BudgetPlanTest, TooSmallBudgetNamesTheUnit) {
+  const BudgetRecording r = Stack(2, 2, 100);
+  // The most recent unit is never released for the next: two units must
+  // fit at once.
+  EXPECT_THAT(PlanBudget(r, 199),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("unit 1 (layer 0")));
+  EXPECT_OK(PlanBudget(r, 200).status());
+  EXPECT_THAT(PlanBudget(r, 0), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(BudgetPlanTest, ValidateCatchesBrokenPlans) {
+  const BudgetRecording r = Stack(4, 3, 100);
+  ASSERT_OK_AND_ASSIGN(const BudgetPlan good, PlanBudget(r, 700));
+  BudgetPlan plan = good;
+  plan.release_at[0] = 0;  // released at its own push
+  EXPECT_THAT(ValidateBudgetPlan(plan, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("unit 0")));
+  plan = good;
+  plan.release_at[4] += 1;  // too late: push 11 finds 800 bytes
+  EXPECT_THAT(ValidateBudgetPlan(plan, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("800 bytes")));
+  plan = good;
+  plan.reload_at[1] = 4;  // early: 800 bytes in the backward
+  EXPECT_THAT(ValidateBudgetPlan(plan, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("backward")));
+  plan = good;
+  plan.reload_at[0] = r.units[0].first_use + 1;  // after its first use
+  EXPECT_THAT(ValidateBudgetPlan(plan, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("first used")));
+  plan = good;
+  plan.peak_bytes = 600;
+  EXPECT_THAT(ValidateBudgetPlan(plan, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("replayed")));
+}
+
+TEST(BudgetPlanTest, RecordingIsChecked) {
+  BudgetRecording r = Stack(2, 2, 100);
+  r.units[2].first_push = 0;
+  EXPECT_THAT(PlanBudget(r, 1000),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("unit 2")));
+  r = Stack(2, 2, 100);
+  r.units[1].free_at = r.units[1].first_use;
+  EXPECT_THAT(PlanBudget(r, 1000),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("unit 1")));
+}
+
+TEST(BudgetPlanTest, FormatShowsEveryUnitAndTheTotals) {
+  const BudgetRecording r = Stack(4, 3, 100);
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 700));
+  const std::string text = FormatBudgetPlan(plan, r);
+  EXPECT_THAT(text, HasSubstr("offloaded 500 of 1200 bytes"));
+  EXPECT_THAT(text, HasSubstr("peak on device 700 bytes, budget 700"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 14);
+}
+
+// Random stacks of random unit sizes: every plan PlanBudget makes passes
+// the independent check, stays within the budget, and a larger budget
+// never offloads more.
+RC_GTEST_PROP(BudgetPlanProperties, PlansAreValidAndMonotone, ()) {
+  const int layers = *rc::gen::inRange(1, 7);
+  const int per_layer = *rc::gen::inRange(1, 5);
+  BudgetRecording r = Stack(layers, per_layer, 1);
+  int64_t total = 0;
+  for (BudgetUnit& unit : r.units) {
+    unit.bytes = *rc::gen::inRange<int64_t>(1, 1000);
+    total += unit.bytes;
+  }
+  const int64_t budget = *rc::gen::inRange<int64_t>(1, total + 2);
+  StatusOr<BudgetPlan> plan = PlanBudget(r, budget);
+  if (!plan.ok()) {
+    RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
+    return;
+  }
+  RC_ASSERT(ValidateBudgetPlan(*plan, r).ok());
+  RC_ASSERT(plan->peak_bytes <= budget);
+  StatusOr<BudgetPlan> bigger = PlanBudget(r, budget + 500);
+  RC_ASSERT(bigger.ok());
+  RC_ASSERT(bigger->OffloadedBytes(r) <= plan->OffloadedBytes(r));
+}
+
+}  // namespace
+}  // namespace offload

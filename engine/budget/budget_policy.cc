@@ -1,0 +1,318 @@
+// The byte-budget policy (budget_policy.h): recording, planning, and the
+// plan's releases and reloads at the calls it names.
+
+#include "engine/budget/budget_policy.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/push_checks.h"
+
+namespace offload {
+namespace {
+
+std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
+
+}  // namespace
+
+Offloader::BudgetPolicy::BudgetPolicy(Backend& backend,
+                                      const OffloadOptions& options,
+                                      Stream& d2h, Stream& h2d)
+    : options_(options),
+      budget_(*options.activation_budget_bytes),
+      core_(backend, d2h, h2d,
+            CoreOptions{options.min_span_coverage, options.skip_sparse_views,
+                        options.warnings_to_stderr}) {
+  backward_begun_.assign(options_.model_layers, false);
+  step_call_.assign(options_.model_layers, -1);
+}
+
+// Groups go first, each freeing its memory ordered after its copies.
+Offloader::BudgetPolicy::~BudgetPolicy() { groups_.clear(); }
+
+std::string Offloader::BudgetPolicy::Iteration() const {
+  return "iteration " + std::to_string(iteration_);
+}
+
+OffloadGroup& Offloader::BudgetPolicy::Group(int unit) {
+  if (static_cast<int>(groups_.size()) <= unit) groups_.resize(unit + 1);
+  std::unique_ptr<OffloadGroup>& group = groups_[unit];
+  // Groups are reused across iterations (their events with them); one made
+  // for another layer's unit is made again, so that messages name this one.
+  const GroupKey key = GroupKey::Unit(units_[unit].layer, unit);
+  if (group != nullptr && !(group->key() == key) &&
+      group->state() == GroupState::kNotOffloaded && group->size() == 0) {
+    group.reset();
+  }
+  if (group == nullptr) {
+    group = std::make_unique<OffloadGroup>(
+        core_, key, /*pinned_tag=*/unit);
+  }
+  return *group;
+}
+
+bool Offloader::BudgetPolicy::WillOffload(int layer) const {
+  if (!options_.enabled || !plan_.has_value()) return false;
+  for (size_t i = 0; i < recording_->units.size(); ++i) {
+    if (plan_->offloaded[i] && recording_->units[i].layer == layer) return true;
+  }
+  return false;
+}
+
+GroupState Offloader::BudgetPolicy::state(int layer) const {
+  for (size_t i = 0; i < units_.size() && i < groups_.size(); ++i) {
+    if (units_[i].layer == layer && units_[i].offloaded && groups_[i]) {
+      return groups_[i]->state();
+    }
+  }
+  return GroupState::kNotOffloaded;
+}
+
+int64_t Offloader::BudgetPolicy::OffloadedBytes() const {
+  int64_t total = core_.pinned().bytes();
+  for (const auto& group : groups_) {
+    if (group != nullptr) total += group->host_bytes();
+  }
+  return total;
+}
+
+std::string Offloader::BudgetPolicy::BudgetPlanText() const {
+  if (!plan_.has_value()) return "";
+  return FormatBudgetPlan(*plan_, *recording_);
+}
+
+Status Offloader::BudgetPolicy::Manual(const char* call, int layer) {
+  if (!options_.enabled) return OkStatus();
+  return FailedPreconditionError(
+      std::string(call) + "(" + LayerName(layer) +
+      "): only with manual_synchronization; with an activation budget the "
+      "plan decides when tensors offload and reload");
+}
+
+// ---------------------------------------------------------------------------
+// Forward.
+
+StatusOr<int> Offloader::BudgetPolicy::ForwardStep() {
+  const int n = options_.model_layers;
+  if (!options_.enabled) return forward_count_++ % n;
+  if (backward_count_ > 0) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": the backward pass began; "
+        "call FinishBackward before the next forward");
+  }
+  if (forward_count_ == n) {
+    return FailedPreconditionError(
+        "ForwardStep in " + Iteration() + ": all " + std::to_string(n) +
+        " layers already ran forward; call BackwardStep and FinishBackward "
+        "first");
+  }
+  RetryReleases();
+  const int layer = forward_count_++;
+  open_layer_ = layer;
+  return layer;
+}
+
+Status Offloader::BudgetPolicy::CheckPush(const std::string& what) const {
+  if (open_layer_ >= 0) return OkStatus();
+  return FailedPreconditionError(
+      "Push of " + what + ": no layer's forward is open: " +
+      (forward_count_ == 0 ? "no ForwardStep yet in " + Iteration()
+                           : "the backward of " + Iteration() + " began"));
+}
+
+int Offloader::BudgetPolicy::UnitOf(const Tensor& tensor, int push,
+                                    bool* created) {
+  if (!units_.empty()) {
+    Unit& last = units_.back();
+    const bool collecting =
+        !last.offloaded ||
+        groups_[units_.size() - 1]->state() == GroupState::kNotOffloaded;
+    if (last.layer == open_layer_ && last.storage == tensor.storage.get() &&
+        last.last_push >= push - 1 && collecting) {
+      last.last_push = push;
+      *created = false;
+      return static_cast<int>(units_.size()) - 1;
+    }
+  }
+  Unit unit;
+  unit.layer = open_layer_;
+  unit.storage = tensor.storage.get();
+  unit.bytes = tensor.storage->size_bytes();
+  unit.first_push = unit.last_push = push;
+  units_.push_back(unit);
+  *created = true;
+  return static_cast<int>(units_.size()) - 1;
+}
+
+void Offloader::BudgetPolicy::CheckAgainstPlan(int unit, bool created) {
+  if (!planned()) return;
+  const Unit& live = units_[unit];
+  std::string why;
+  if (unit >= static_cast<int>(recording_->units.size())) {
+    why = "more units than the recording's " +
+          std::to_string(recording_->units.size());
+  } else {
+    const BudgetUnit& rec = recording_->units[unit];
+    if (rec.layer != live.layer || rec.bytes != live.bytes ||
+        rec.first_push != live.first_push) {
+      why = "recorded as " + LayerName(rec.layer) + ", " +
+            std::to_string(rec.bytes) + " bytes, first push " +
+            std::to_string(rec.first_push);
+    } else if (!created && live.last_push > rec.last_push) {
+      why = "more views than recorded";
+    }
+  }
+  if (why.empty()) return;
+  diverged_ = true;
+  core_.Warn("activation budget: the workload changed in " + Iteration() +
+             ": unit " + std::to_string(unit) + " (" + LayerName(live.layer) +
+             ", " + std::to_string(live.bytes) + " bytes, push " +
+             std::to_string(live.last_push) + ") " + why +
+             "; the rest of the iteration stays on device and the next one "
+             "is recorded again");
+}
+
+StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
+                                                      int push) {
+  const int layer = open_layer_;
+  if (NeverOffloaded(tensor, options_.min_offload_elements)) {
+    ++core_.stats().tensors_kept;
+    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+  }
+  bool created = false;
+  const int unit = UnitOf(tensor, push, &created);
+  CheckAgainstPlan(unit, created);
+  const bool offload = planned() && plan_->offloaded[unit] &&
+                       (created || units_[unit].offloaded);
+  if (!offload) {
+    ++core_.stats().tensors_kept;
+    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+  }
+  StatusOr<int> index = Group(unit).AddPushed(tensor);
+  if (!index.ok()) {
+    if (created) units_.pop_back();
+    return index.status();
+  }
+  units_[unit].offloaded = true;
+  ++core_.stats().tensors_offloaded;
+  return SavedTensor(owner_, iteration_, layer,
+                     SavedTensor::InGroup{unit, *index});
+}
+
+void Offloader::BudgetPolicy::AfterPush(int push) {
+  if (!planned()) return;
+  // Units this push touched are the last ones.
+  for (int i = static_cast<int>(units_.size()) - 1;
+       i >= 0 && units_[i].last_push == push; --i) {
+    if (!units_[i].offloaded ||
+        groups_[i]->state() != GroupState::kNotOffloaded ||
+        recording_->units[i].last_push != push) {
+      continue;
+    }
+    // The copy fails only by keeping the unit on device (warned).
+    Status started = groups_[i]->StartOffload(options_.retain_pinned_buffers);
+    if (!started.ok()) core_.Warn(started.ToString());
+  }
+  if (auto it = release_at_push_.find(push); it != release_at_push_.end()) {
+    pending_releases_.insert(pending_releases_.end(), it->second.begin(),
+                             it->second.end());
+  }
+  RetryReleases();
+}
+
+void Offloader::BudgetPolicy::RetryReleases() {
+  std::vector<int> left;
+  for (int unit : pending_releases_) {
+    if (unit >= static_cast<int>(groups_.size()) || groups_[unit] == nullptr ||
+        groups_[unit]->state() != GroupState::kOffloadStarted) {
+      continue;  // kept on device, or never offloaded this iteration
+    }
+    Status released = groups_[unit]->ReleaseForwardMemory();
+    if (!released.ok()) {
+      core_.Warn("activation budget: the release of " +
+                 groups_[unit]->Where() + " failed and is retried at the "
+                 "next call (its memory stays until then): " +
+                 released.ToString());
+      left.push_back(unit);
+    }
+  }
+  pending_releases_ = std::move(left);
+}
+
+StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
+  if (!options_.enabled) return SavedTensor(owner_, iteration_, -1,
+                                            SavedTensor::Kept{tensor});
+  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
+  OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+      tensor, core_.backend(), options_.min_offload_elements,
+      "Push in " + LayerName(open_layer_)));
+  const int push = pushes_;
+  OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, push));
+  pushes_ = push + 1;
+  AfterPush(push);
+  return saved;
+}
+
+StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(
+    const CompositeTensor& tensor) {
+  const bool enabled = options_.enabled;
+  if (enabled) {
+    OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
+    for (size_t i = 0; i < tensor.components.size(); ++i) {
+      if (!tensor.components[i].has_value()) continue;
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+          *tensor.components[i], core_.backend(),
+          options_.min_offload_elements,
+          "Push in " + LayerName(open_layer_) + " of composite '" +
+              tensor.name + "' component " + std::to_string(i)));
+    }
+  }
+  const int layer = enabled ? open_layer_ : -1;
+  const int push = pushes_;
+  // All or nothing: a component that fails takes the earlier ones out.
+  const std::vector<Unit> units_before = units_;
+  std::vector<int> sizes_before;
+  for (const auto& group : groups_) {
+    sizes_before.push_back(group ? group->size() : 0);
+  }
+  const OffloaderStats stats_before = core_.stats();
+  const bool diverged_before = diverged_;
+  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
+  for (const std::optional<Tensor>& component : tensor.components) {
+    if (!component.has_value()) {
+      composite.components.emplace_back();
+      continue;
+    }
+    if (!enabled) {
+      composite.components.emplace_back(
+          SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{*component}));
+      continue;
+    }
+    StatusOr<SavedTensor> part = PushOne(*component, push);
+    if (!part.ok()) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        if (groups_[g] == nullptr) continue;
+        const int before = g < sizes_before.size() ? sizes_before[g] : 0;
+        if (groups_[g]->state() == GroupState::kNotOffloaded) {
+          groups_[g]->Truncate(before);
+        }
+      }
+      groups_.resize(std::min(groups_.size(), sizes_before.size()));
+      units_ = units_before;
+      core_.stats() = stats_before;
+      diverged_ = diverged_before;
+      return part.status().WithContext("Push of composite '" + tensor.name +
+                                       "' (no component was pushed)");
+    }
+    composite.components.emplace_back(std::move(part).value());
+  }
+  if (!enabled) return SavedTensor(owner_, iteration_, layer,
+                                   std::move(composite));
+  pushes_ = push + 1;
+  AfterPush(push);
+  return SavedTensor(owner_, iteration_, layer, std::move(composite));
+}
+
+}  // namespace offload

@@ -1,0 +1,135 @@
+// Offloader::BudgetPolicy: the byte-budget schedule (SPEC §4.7) behind the
+// layer-mode front door, on the shared mechanism of engine/core.
+//
+// A unit is one storage whose views are pushed by consecutive Push calls
+// of a layer; each offloaded unit is a group of its own (GroupKey::Unit),
+// so it moves alone. The first iteration (and the one after the workload
+// changed) offloads nothing and records the units, their bytes and the
+// calls that push and pop them; at its FinishBackward the plan is made
+// (budget_plan.h). In the iterations after it:
+//  - an offloaded unit's copy to host starts at its last push;
+//  - at the end of the Push the plan names, the compute stream waits for
+//    the copies of the units it releases and their memory is freed, so the
+//    next saved tensor fits;
+//  - at the start of the BackwardStep or Pop the plan names, a unit's
+//    reload starts; a Pop of a unit whose reload has not started (the
+//    workload changed) starts it there.
+// A push that does not match the recording (another layer, storage size or
+// order) makes the policy warn, keep every later tensor of the iteration on
+// device, and record again.
+// Private to the //engine:offload library.
+
+#ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
+#define OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/budget/budget_plan.h"
+#include "engine/core/offload_core.h"
+#include "engine/core/offload_group.h"
+#include "engine/offload.h"
+#include "engine/offload_policy.h"
+
+namespace offload {
+
+class Offloader::BudgetPolicy final : public Offloader::Impl {
+ public:
+  // REQUIRES: options.activation_budget_bytes > 0 (checked by Create).
+  BudgetPolicy(Backend& backend, const OffloadOptions& options, Stream& d2h,
+               Stream& h2d);
+  ~BudgetPolicy() override;
+
+  StatusOr<int> ForwardStep() override;
+  Status BackwardStep(int layer) override;
+  Status FinishBackward() override;
+  StatusOr<SavedTensor> Push(const Tensor& tensor) override;
+  StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
+  StatusOr<Tensor> Pop(const SavedTensor& saved) override;
+  StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) override;
+  Status Manual(const char* call, int layer) override;
+
+  bool WillOffload(int layer) const override;
+  // The state of the layer's first offloaded unit; not_offloaded if none.
+  GroupState state(int layer) const override;
+  int64_t OffloadedBytes() const override;
+  const ScheduleTable& schedule() const override { return no_schedule_; }
+  std::string BudgetPlanText() const override;
+  OffloadCore& core() override { return core_; }
+  const OffloadCore& core() const override { return core_; }
+
+ private:
+  // A unit of this iteration.
+  struct Unit {
+    int layer = 0;
+    const Storage* storage = nullptr;
+    int64_t bytes = 0;
+    int first_push = 0;
+    int last_push = 0;
+    int first_use = -1;
+    bool offloaded = false;  // handed to its group
+  };
+
+  std::string Iteration() const;
+  bool planned() const { return plan_.has_value() && !diverged_; }
+  Status CheckPush(const std::string& what) const;
+  // The unit `tensor` (pushed by push call `push`) belongs to: the last one
+  // if it is the same storage pushed by this call or the previous one, else
+  // a new one. Sets `*created`.
+  int UnitOf(const Tensor& tensor, int push, bool* created);
+  // Whether a new or grown unit matches the plan's recording; warns and
+  // stops planning this iteration if not.
+  void CheckAgainstPlan(int unit, bool created);
+  StatusOr<SavedTensor> PushOne(const Tensor& tensor, int push);
+  // The plan's work after push `push`: start the copies of units whose last
+  // push it was, release those it names. A release that fails is warned
+  // about and retried at the next call (the memory stays; nothing is lost).
+  void AfterPush(int push);
+  void RetryReleases();
+  // Starts the offload of every unit still collecting pushes (a workload
+  // whose units ended early).
+  Status CloseUnits();
+  // Starts the reloads the plan puts at or before backward call `call`, in
+  // order. Errors: a reload that failed (kept for a retry).
+  Status RunReloads(int call);
+  StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  void NoteUse(const SavedTensor& saved);
+  OffloadGroup& Group(int unit);
+  // After the recorded iteration: the recording and the plan.
+  Status MakePlan();
+
+  const OffloadOptions options_;
+  const int64_t budget_;
+  const uint64_t owner_ = NewSavedTensorOwnerId();
+  const ScheduleTable no_schedule_;
+  OffloadCore core_;  // before groups_: they use it until destroyed
+  std::vector<std::unique_ptr<OffloadGroup>> groups_;  // per unit index
+
+  std::optional<BudgetRecording> recording_;
+  std::optional<BudgetPlan> plan_;
+  std::map<int, std::vector<int>> release_at_push_;  // from plan_
+  std::vector<int> reload_order_;                     // by reload call
+
+  // This iteration.
+  uint64_t iteration_ = 1;
+  bool diverged_ = false;
+  int forward_count_ = 0;
+  int open_layer_ = -1;
+  int pushes_ = 0;          // Push calls so far
+  int backward_calls_ = 0;  // BackwardStep and Pop calls since the backward began
+  int backward_count_ = 0;
+  int last_backward_ = -1;
+  std::vector<bool> backward_begun_;
+  std::vector<int> step_call_;  // per layer: its BackwardStep's call index
+  std::vector<Unit> units_;
+  std::vector<int> pending_releases_;
+  size_t next_reload_ = 0;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_

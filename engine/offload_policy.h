@@ -1,0 +1,45 @@
+// Offloader::Impl: what the layer-mode front door (engine/offload.h) asks of
+// a policy. Two policies implement it on the shared mechanism of
+// engine/core: TE's schedule of whole layers (LayerPolicy,
+// engine/offload_impl.h: default k-of-n, a schedule table, manual calls)
+// and the byte budget of SPEC §4.7 (BudgetPolicy, engine/budget/). Each
+// method has the contract of the Offloader method of the same name.
+// Private to the engine.
+
+#ifndef OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
+#define OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
+
+#include <cstdint>
+#include <string>
+
+#include "engine/core/offload_core.h"
+#include "engine/offload.h"
+
+namespace offload {
+
+class Offloader::Impl {
+ public:
+  virtual ~Impl() = default;
+
+  virtual StatusOr<int> ForwardStep() = 0;
+  virtual Status BackwardStep(int layer) = 0;
+  virtual Status FinishBackward() = 0;
+  virtual StatusOr<SavedTensor> Push(const Tensor& tensor) = 0;
+  virtual StatusOr<SavedTensor> Push(const CompositeTensor& tensor) = 0;
+  virtual StatusOr<Tensor> Pop(const SavedTensor& saved) = 0;
+  virtual StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) = 0;
+  // StartOffload, ReleaseForwardMemory or StartReload (`call`).
+  virtual Status Manual(const char* call, int layer) = 0;
+
+  virtual bool WillOffload(int layer) const = 0;
+  virtual GroupState state(int layer) const = 0;
+  virtual int64_t OffloadedBytes() const = 0;
+  virtual const ScheduleTable& schedule() const = 0;
+  virtual std::string BudgetPlanText() const { return ""; }
+  virtual OffloadCore& core() = 0;
+  virtual const OffloadCore& core() const = 0;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
