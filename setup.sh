@@ -3,7 +3,8 @@
 # machine: Bazel 4 (Debian's bazel-bootstrap), a C++20 compiler, GoogleTest,
 # GoogleMock, RapidCheck, Google Benchmark, clang with its libFuzzer and
 # sanitizer runtimes (for //fuzz:offload_fuzz_test), nlohmann/json and
-# TinyXML-2 (the timeline tool and its test). Idempotent: packages already
+# TinyXML-2 (the timeline tool and its test), GLPK (the linear program of
+# //bench:limit, docs/limit.md). Idempotent: packages already
 # present are not touched, and nothing is downloaded when all are there.
 set -euo pipefail
 
@@ -18,6 +19,7 @@ packages=(
   libclang-rt-14-dev
   nlohmann-json3-dev
   libtinyxml2-dev
+  libglpk-dev
 )
 
 missing=()
