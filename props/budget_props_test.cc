@@ -7,8 +7,8 @@
 //
 // The driver here follows the plan's model (engine/budget/budget_plan.h):
 // each saved tensor is allocated, written by a kernel that reads the
-// previous one, pushed, and the previous one dropped; so device memory in
-// this program is exactly the saved tensors.
+// previous one (then dropped), and pushed; so device memory in this program
+// is exactly the saved tensors.
 
 #include <algorithm>
 #include <memory>
@@ -42,6 +42,10 @@ struct BudgetCase {
   // that a layer-by-layer backward (SPEC §4.5) cannot fit.
   double budget_fraction = 1.0;
   bool retain = false;
+  // The driver keeps a layer's tensors until the layer ends (a module's
+  // locals), as the layer benchmark does, instead of dropping each once
+  // its reader is enqueued.
+  bool hold_layer = false;
 
   int64_t OffloadableBytes() const {
     int64_t total = 0;
@@ -100,6 +104,7 @@ rc::Gen<BudgetCase> GenCase() {
     c.iterations = *rc::gen::inRange(2, 5);
     c.budget_fraction = *rc::gen::element(0.0, 0.1, 0.25, 0.5, 0.75, 1.0);
     c.retain = *rc::gen::arbitrary<bool>();
+    c.hold_layer = *rc::gen::arbitrary<bool>();
     return c;
   });
 }
@@ -134,6 +139,7 @@ Status RunIterations(const BudgetCase& c, BudgetRun& run) {
     for (int l = 0; l < n; ++l) {
       StatusOr<int> layer = off.ForwardStep();
       if (!layer.ok()) return layer.status();
+      std::vector<Tensor> held;  // hold_layer: until the layer ends
       for (size_t t = 0; t < c.layers[l].size(); ++t) {
         const SavedSpec& s = c.layers[l][t];
         const uint64_t seed = (uint64_t(it) << 32) | (uint64_t(l) << 16) | t;
@@ -144,6 +150,8 @@ Status RunIterations(const BudgetCase& c, BudgetRun& run) {
         if (previous.has_value()) reads.push_back(&*previous);
         BUDGET_TRY(compute(sim.ComputeStream(),
                            ComputeCall{"fwd", s.kernel_ns, reads, {&*tensor}}));
+        if (c.hold_layer && previous.has_value()) held.push_back(*previous);
+        previous.reset();  // its reader is enqueued: dropped before the push
         std::vector<SavedTensor> handles;
         for (int k = 0; k < (s.twice ? 2 : 1); ++k) {
           StatusOr<SavedTensor> h = off.Push(*tensor);
@@ -152,7 +160,7 @@ Status RunIterations(const BudgetCase& c, BudgetRun& run) {
         }
         saved[l].push_back(std::move(handles));
         seeds[l].push_back(seed);
-        previous = std::move(*tensor);  // the one before it is dropped
+        previous = std::move(*tensor);
       }
     }
     previous.reset();

@@ -181,6 +181,7 @@ Status Offloader::BudgetPolicy::MakePlan() {
     unit.bytes = live.bytes;
     unit.first_push = live.first_push;
     unit.last_push = live.last_push;
+    unit.dropped_at = live.dropped_at >= 0 ? live.dropped_at : pushes_;
     unit.first_use = live.first_use;
     unit.free_at = backward_calls_;
     const int own = step_call_[live.layer];
@@ -254,6 +255,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
   backward_begun_.assign(options_.model_layers, false);
   step_call_.assign(options_.model_layers, -1);
   units_.clear();
+  first_held_ = 0;
   pending_releases_.clear();
   next_reload_ = 0;
   return first.WithContext("FinishBackward (the iteration ended)");

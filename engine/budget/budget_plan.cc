@@ -65,6 +65,10 @@ Status ValidateRecording(const BudgetRecording& r) {
     if (i > 0 && u.first_push < r.units[i - 1].last_push) {
       return bad("pushed before the previous unit's last push");
     }
+    if (u.dropped_at <= u.last_push || u.dropped_at > r.forward_pushes) {
+      return bad("dropped at push " + std::to_string(u.dropped_at) +
+                 ", not after its last push and within the forward");
+    }
     if (u.first_use < -1 || u.first_use >= r.backward_calls) {
       return bad("first use out of range");
     }
@@ -97,29 +101,29 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   };
 
   // Forward. `resident` counts units allocated and not released; the room
-  // for the units first pushed at q is made at the end of push q - 1.
+  // for the units first pushed at q is made at the end of push q - 1, by
+  // releasing the earliest pushed units whose last push and drop came by
+  // then.
   int64_t resident = 0;
-  int next_unit = 0;       // the first unit not yet allocated
-  int next_release = 0;    // release candidates go in order of first push
+  int next_unit = 0;   // the first unit not yet allocated
+  int first_kept = 0;  // the first unit not released
   for (int q = 0; q < r.forward_pushes; ++q) {
     int64_t need = 0;
     int last = next_unit;
     while (last < n && r.units[last].first_push == q) need += r.units[last++].bytes;
-    while (resident + need > budget) {
-      // The earliest pushed unit not yet released whose pushes ended before
-      // push q - 1, which is where it would be released.
-      while (next_release < next_unit &&
-             plan.offloaded[next_release]) {
-        ++next_release;
+    for (int i = first_kept; i < next_unit && resident + need > budget; ++i) {
+      if (plan.offloaded[i] || r.units[i].last_push > q - 1 ||
+          r.units[i].dropped_at > q - 1) {
+        continue;
       }
-      if (next_release >= next_unit ||
-          r.units[next_release].last_push >= q - 1) {
-        return too_small("in the forward", next_unit, resident);
-      }
-      plan.offloaded[next_release] = true;
-      plan.release_at[next_release] = q - 1;
-      resident -= r.units[next_release].bytes;
+      plan.offloaded[i] = true;
+      plan.release_at[i] = q - 1;
+      resident -= r.units[i].bytes;
     }
+    if (resident + need > budget) {
+      return too_small("in the forward", next_unit, resident);
+    }
+    while (first_kept < next_unit && plan.offloaded[first_kept]) ++first_kept;
     resident += need;
     plan.peak_bytes = std::max(plan.peak_bytes, resident);
     next_unit = last;
@@ -178,10 +182,11 @@ Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
       }
       continue;
     }
-    if (plan.release_at[i] <= u.last_push ||
+    if (plan.release_at[i] < u.last_push ||
+        plan.release_at[i] < u.dropped_at ||
         plan.release_at[i] >= r.forward_pushes) {
       return bad("released at push " + std::to_string(plan.release_at[i]) +
-                 ", not after its last push and within the forward");
+                 ", before its last push or its drop, or after the forward");
     }
     if (u.first_use < 0 ? plan.reload_at[i] != -1
                         : plan.reload_at[i] < 0 ||

@@ -13,11 +13,11 @@
 // benchmark's (bench/layer_stack.h, --push_at=gemm):
 //  - each saved tensor is allocated after the previous Push returned, so
 //    memory freed at Push q is free before the next saved tensor exists;
-//  - the most recently pushed unit may still be read by the kernel that
-//    produces the next one, so it is never released for that one;
-//  - the caller drops its own references to a pushed tensor by the next
-//    Push (otherwise releasing it frees nothing: stats'
-//    bytes_retained_by_caller);
+//  - a unit can free memory only once the caller dropped its own
+//    references: the recording notes, at the start of each Push, which
+//    units only the saved handles still hold (dropped_at), and the plan
+//    releases a unit no earlier (else releasing it frees nothing:
+//    stats' bytes_retained_by_caller);
 //  - popped tensors are dropped by the next BackwardStep, which releases
 //    the previous backward layer's units (SPEC §4.5).
 // Under that model the plan keeps the bytes of offloadable saved tensors on
@@ -41,6 +41,9 @@ struct BudgetUnit {
   int64_t bytes = 0;    // the storage's device bytes
   int first_push = 0;   // forward Push index of its first view
   int last_push = 0;    // and of its last
+  // The first Push at whose start the caller no longer held it (only the
+  // saved handles did); forward_pushes if that never happened.
+  int dropped_at = 0;
   int first_use = -1;   // backward call index of its first Pop; -1: none
   // Backward call index at which its memory goes: the BackwardStep after
   // its layer's, or FinishBackward (== backward_calls).
@@ -71,7 +74,8 @@ struct BudgetPlan {
 };
 
 // Plans `recording` within `budget` bytes: units are released, earliest
-// pushed first, only when the next unit would not fit; a released unit's
+// pushed first among those the caller dropped, only when the next unit
+// would not fit; a released unit's
 // copy starts when its last view is pushed; reloads start in order of first
 // use, each as soon as it fits after the frees of that call, and at the
 // latest at its first use.
@@ -83,13 +87,13 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
                                 int64_t budget);
 
 // Checks a recording: units in order of first push, pushes in range and
-// not interleaved within a layer's unit, uses and frees in range, each
-// unit's use before its free. Errors: kInvalidArgument naming the unit.
+// not interleaved within a layer's unit, dropped after its last push, uses
+// and frees in range, each unit's use before its free. Errors: kInvalidArgument naming the unit.
 Status ValidateRecording(const BudgetRecording& recording);
 
 // Checks `plan` against `recording` independently of PlanBudget: sizes
-// match; an offloaded unit is released after its last push and before any
-// later unit's push that needs the room, reloaded after the forward and no
+// match; an offloaded unit is released at or after its last push and its
+// drop, reloaded after the forward and no
 // later than its first use; and replaying the calls, the offloadable bytes
 // on device never exceed the budget and equal peak_bytes at most.
 // Errors: kInvalidArgument naming the unit and the rule.

@@ -36,6 +36,7 @@ BudgetRecording Stack(int layers, int per_layer, int64_t bytes) {
       unit.layer = l;
       unit.bytes = bytes;
       unit.first_push = unit.last_push = l * per_layer + u;
+      unit.dropped_at = unit.last_push + 1;  // by the next push
       unit.first_use = pop_call[l][u];
       unit.free_at = l > 0 ? step_call[l - 1] : call;
       r.units.push_back(unit);
@@ -79,8 +80,8 @@ TEST(BudgetPlanTest, ReleasesEarliestPushedJustInTime) {
 
 TEST(BudgetPlanTest, TooSmallBudgetNamesTheUnit) {
   const BudgetRecording r = Stack(2, 2, 100);
-  // The most recent unit is never released for the next: two units must
-  // fit at once.
+  // A unit is dropped by the push after its own: two units must fit at
+  // once.
   EXPECT_THAT(PlanBudget(r, 199),
               StatusIs(StatusCode::kResourceExhausted,
                        HasSubstr("unit 1 (layer 0")));
@@ -88,11 +89,31 @@ TEST(BudgetPlanTest, TooSmallBudgetNamesTheUnit) {
   EXPECT_THAT(PlanBudget(r, 0), StatusIs(StatusCode::kInvalidArgument));
 }
 
+// A unit the caller still holds frees nothing when released: the plan
+// takes a later one the caller dropped, and fails when there is none.
+TEST(BudgetPlanTest, SkipsUnitsTheCallerStillHolds) {
+  BudgetRecording r = Stack(3, 2, 100);
+  r.units[0].dropped_at = r.forward_pushes;  // held through the forward
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 300));
+  EXPECT_OK(ValidateBudgetPlan(plan, r));
+  EXPECT_FALSE(plan.offloaded[0]);
+  EXPECT_TRUE(plan.offloaded[1]);
+  EXPECT_EQ(plan.release_at[1], 2);
+  BudgetPlan bad = plan;
+  bad.offloaded[0] = true;
+  bad.release_at[0] = 3;
+  bad.reload_at[0] = r.units[0].first_use;
+  EXPECT_THAT(ValidateBudgetPlan(bad, r),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("its drop")));
+  for (BudgetUnit& unit : r.units) unit.dropped_at = r.forward_pushes;
+  EXPECT_THAT(PlanBudget(r, 300), StatusIs(StatusCode::kResourceExhausted));
+}
+
 TEST(BudgetPlanTest, ValidateCatchesBrokenPlans) {
   const BudgetRecording r = Stack(4, 3, 100);
   ASSERT_OK_AND_ASSIGN(const BudgetPlan good, PlanBudget(r, 700));
   BudgetPlan plan = good;
-  plan.release_at[0] = 0;  // released at its own push
+  plan.release_at[0] = 0;  // released before the caller dropped it
   EXPECT_THAT(ValidateBudgetPlan(plan, r),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("unit 0")));
   plan = good;

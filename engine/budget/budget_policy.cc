@@ -139,6 +139,7 @@ int Offloader::BudgetPolicy::UnitOf(const Tensor& tensor, int push,
   Unit unit;
   unit.layer = open_layer_;
   unit.storage = tensor.storage.get();
+  unit.watch = tensor.storage;
   unit.bytes = tensor.storage->size_bytes();
   unit.first_push = unit.last_push = push;
   units_.push_back(unit);
@@ -187,6 +188,7 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
   const bool offload = planned() && plan_->offloaded[unit] &&
                        (created || units_[unit].offloaded);
   if (!offload) {
+    ++units_[unit].handles;
     ++core_.stats().tensors_kept;
     return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
   }
@@ -199,6 +201,21 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
   ++core_.stats().tensors_offloaded;
   return SavedTensor(owner_, iteration_, layer,
                      SavedTensor::InGroup{unit, *index});
+}
+
+void Offloader::BudgetPolicy::NoteDrops(int push) {
+  if (planned()) return;
+  for (size_t i = first_held_; i < units_.size(); ++i) {
+    Unit& unit = units_[i];
+    if (unit.dropped_at >= 0) continue;
+    // Only the Kept handles hold it: the caller dropped its tensors. (A
+    // handle copied by the caller makes this later, never earlier.)
+    if (unit.offloaded || unit.watch.use_count() > unit.handles) continue;
+    unit.dropped_at = push;
+  }
+  while (first_held_ < units_.size() && units_[first_held_].dropped_at >= 0) {
+    ++first_held_;
+  }
 }
 
 void Offloader::BudgetPolicy::AfterPush(int push) {
@@ -249,6 +266,7 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
       tensor, core_.backend(), options_.min_offload_elements,
       "Push in " + LayerName(open_layer_)));
   const int push = pushes_;
+  NoteDrops(push);
   OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, push));
   pushes_ = push + 1;
   AfterPush(push);
@@ -271,6 +289,7 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(
   }
   const int layer = enabled ? open_layer_ : -1;
   const int push = pushes_;
+  if (enabled) NoteDrops(push);
   // All or nothing: a component that fails takes the earlier ones out.
   const std::vector<Unit> units_before = units_;
   std::vector<int> sizes_before;

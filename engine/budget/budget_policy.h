@@ -72,6 +72,11 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
     int last_push = 0;
     int first_use = -1;
     bool offloaded = false;  // handed to its group
+    // Recording: the storage, to see when only the saved handles (one per
+    // push) still hold it; the push at whose start that was first seen.
+    std::weak_ptr<Storage> watch;
+    int handles = 0;
+    int dropped_at = -1;
   };
 
   std::string Iteration() const;
@@ -98,6 +103,8 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   Status RunReloads(int call);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
   void NoteUse(const SavedTensor& saved);
+  // Recording: notes the units the caller dropped by push `push`.
+  void NoteDrops(int push);
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
@@ -126,6 +133,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   std::vector<bool> backward_begun_;
   std::vector<int> step_call_;  // per layer: its BackwardStep's call index
   std::vector<Unit> units_;
+  size_t first_held_ = 0;  // recording: units before it were dropped
   std::vector<int> pending_releases_;
   size_t next_reload_ = 0;
 };
