@@ -62,24 +62,40 @@ Status Offloader::BudgetPolicy::BackwardStep(int layer) {
   open_layer_ = -1;
   RetryReleases();
   OFFLOAD_RETURN_IF_ERROR(CloseUnits().WithContext(where));
-  // The previous backward layer is done: its units go (SPEC §4.5).
-  if (last_backward_ >= 0) {
-    for (size_t i = 0; i < units_.size(); ++i) {
-      if (units_[i].layer != last_backward_ || !units_[i].offloaded ||
-          groups_[i]->state() == GroupState::kReleased) {
-        continue;
-      }
-      OFFLOAD_RETURN_IF_ERROR(
-          groups_[i]->ReleaseAll(options_.retain_pinned_buffers)
-              .WithContext(where));
-    }
-  }
+  NoteBackwardDrops(backward_calls_);
+  OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext(where));
   OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext(where));
-  step_call_[layer] = backward_calls_++;
+  ++backward_calls_;
   backward_begun_[layer] = true;
   backward_count_++;
-  last_backward_ = layer;
   return OkStatus();
+}
+
+void Offloader::BudgetPolicy::NoteBackwardDrops(int call) {
+  if (planned()) return;
+  for (Unit& unit : units_) {
+    if (unit.offloaded) continue;  // a diverged iteration: not watched
+    if (unit.free_at < 0 && unit.watch.expired()) unit.free_at = call;
+    if (unit.done_at < 0 &&
+        (unit.free_at >= 0 ||
+         (unit.pops >= unit.handles && unit.watch.use_count() <= unit.handles))) {
+      unit.done_at = call;
+    }
+  }
+}
+
+Status Offloader::BudgetPolicy::RunFrees(int call) {
+  auto it = free_at_call_.find(call);
+  if (it == free_at_call_.end()) return OkStatus();
+  Status first = OkStatus();
+  for (int unit : it->second) {
+    if (unit >= static_cast<int>(units_.size()) || !units_[unit].offloaded ||
+        groups_[unit]->state() == GroupState::kReleased) {
+      continue;
+    }
+    first.Update(groups_[unit]->ReleaseAll(options_.retain_pinned_buffers));
+  }
+  return first;
 }
 
 void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
@@ -98,10 +114,9 @@ void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
         }
       }
     }
-    if (unit >= 0 && unit < static_cast<int>(units_.size()) &&
-        units_[unit].first_use < 0) {
-      units_[unit].first_use = backward_calls_;
-    }
+    if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
+    if (units_[unit].first_use < 0) units_[unit].first_use = backward_calls_;
+    ++units_[unit].pops;
   };
   if (const SavedTensor::Composite* composite = saved.composite()) {
     for (const auto& component : composite->components) {
@@ -135,6 +150,8 @@ StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
                                       options_.enabled, "Pop", "Offloader"));
   if (backward_count_ > 0) {
+    NoteBackwardDrops(backward_calls_);
+    OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext("Pop"));
     OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext("Pop"));
   }
   OFFLOAD_ASSIGN_OR_RETURN(
@@ -151,6 +168,9 @@ StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
                                       options_.enabled, "PopComposite",
                                       "Offloader"));
   if (backward_count_ > 0) {
+    NoteBackwardDrops(backward_calls_);
+    OFFLOAD_RETURN_IF_ERROR(
+        RunFrees(backward_calls_).WithContext("PopComposite"));
     OFFLOAD_RETURN_IF_ERROR(
         RunReloads(backward_calls_).WithContext("PopComposite"));
   }
@@ -168,13 +188,6 @@ Status Offloader::BudgetPolicy::MakePlan() {
   recording.layers = options_.model_layers;
   recording.forward_pushes = pushes_;
   recording.backward_calls = backward_calls_;
-  // A unit's memory goes at the BackwardStep after its layer's (the next
-  // larger step call), or at FinishBackward.
-  std::vector<int> steps;
-  for (int call : step_call_) {
-    if (call >= 0) steps.push_back(call);
-  }
-  std::sort(steps.begin(), steps.end());
   for (const Unit& live : units_) {
     BudgetUnit unit;
     unit.layer = live.layer;
@@ -183,18 +196,8 @@ Status Offloader::BudgetPolicy::MakePlan() {
     unit.last_push = live.last_push;
     unit.dropped_at = live.dropped_at >= 0 ? live.dropped_at : pushes_;
     unit.first_use = live.first_use;
-    unit.free_at = backward_calls_;
-    const int own = step_call_[live.layer];
-    if (own >= 0) {
-      auto next = std::upper_bound(steps.begin(), steps.end(), own);
-      if (next != steps.end()) unit.free_at = *next;
-    }
-    // A unit popped only after a later layer's BackwardStep is freed at
-    // the step after that pop.
-    if (unit.first_use >= unit.free_at) {
-      auto next = std::upper_bound(steps.begin(), steps.end(), unit.first_use);
-      unit.free_at = next != steps.end() ? *next : backward_calls_;
-    }
+    unit.free_at = live.free_at >= 0 ? live.free_at : backward_calls_;
+    unit.done_at = live.done_at >= 0 ? live.done_at : backward_calls_;
     recording.units.push_back(unit);
   }
   StatusOr<BudgetPlan> plan = PlanBudget(recording, budget_);
@@ -208,10 +211,12 @@ Status Offloader::BudgetPolicy::MakePlan() {
   recording_ = std::move(recording);
   plan_ = std::move(plan).value();
   release_at_push_.clear();
+  free_at_call_.clear();
   reload_order_.clear();
   for (size_t i = 0; i < recording_->units.size(); ++i) {
     if (!plan_->offloaded[i]) continue;
     release_at_push_[plan_->release_at[i]].push_back(static_cast<int>(i));
+    free_at_call_[recording_->units[i].done_at].push_back(static_cast<int>(i));
     if (plan_->reload_at[i] >= 0) reload_order_.push_back(static_cast<int>(i));
   }
   std::stable_sort(reload_order_.begin(), reload_order_.end(),
@@ -232,6 +237,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
   }
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
+  NoteBackwardDrops(backward_calls_);
   Status first = OkStatus();
   for (auto& group : groups_) {
     if (group == nullptr) continue;
@@ -251,9 +257,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
   pushes_ = 0;
   backward_calls_ = 0;
   backward_count_ = 0;
-  last_backward_ = -1;
   backward_begun_.assign(options_.model_layers, false);
-  step_call_.assign(options_.model_layers, -1);
   units_.clear();
   first_held_ = 0;
   pending_releases_.clear();

@@ -72,10 +72,11 @@ Status ValidateRecording(const BudgetRecording& r) {
     if (u.first_use < -1 || u.first_use >= r.backward_calls) {
       return bad("first use out of range");
     }
-    if (u.free_at < 0 || u.free_at > r.backward_calls ||
-        u.free_at <= u.first_use) {
-      return bad("freed at backward call " + std::to_string(u.free_at) +
-                 ", not after its first use");
+    for (int at : {u.free_at, u.done_at}) {
+      if (at < 0 || at > r.backward_calls || at <= u.first_use) {
+        return bad("freed at backward call " + std::to_string(at) +
+                   ", not after its first use");
+      }
     }
   }
   return OkStatus();
@@ -137,7 +138,9 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   size_t next = 0;
   for (int c = 0; c <= r.backward_calls; ++c) {
     for (int i = 0; i < n; ++i) {
-      if (r.units[i].free_at == c && on_device[i]) {
+      const int free_at =
+          plan.offloaded[i] ? r.units[i].done_at : r.units[i].free_at;
+      if (free_at == c && on_device[i]) {
         on_device[i] = false;
         resident -= r.units[i].bytes;
       }
@@ -222,7 +225,9 @@ Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
   }
   for (int c = 0; c < r.backward_calls; ++c) {
     for (size_t i = 0; i < n; ++i) {
-      if (r.units[i].free_at == c && on_device[i]) {
+      const int free_at =
+          plan.offloaded[i] ? r.units[i].done_at : r.units[i].free_at;
+      if (free_at == c && on_device[i]) {
         on_device[i] = false;
         resident -= r.units[i].bytes;
       }

@@ -18,8 +18,10 @@
 //    units only the saved handles still hold (dropped_at), and the plan
 //    releases a unit no earlier (else releasing it frees nothing:
 //    stats' bytes_retained_by_caller);
-//  - popped tensors are dropped by the next BackwardStep, which releases
-//    the previous backward layer's units (SPEC §4.5).
+//  - in the backward, the recording notes where each unit's memory went
+//    (free_at: the caller dropped it) or could go if it were offloaded
+//    (done_at: every handle popped and the popped tensors dropped, where
+//    the policy frees the reloaded memory), and the plan assumes the same.
 // Under that model the plan keeps the bytes of offloadable saved tensors on
 // the device within the budget at every instant (SPEC §6.2); tensors that
 // are never offloaded (SPEC §1.2) come on top.
@@ -45,9 +47,14 @@ struct BudgetUnit {
   // saved handles did); forward_pushes if that never happened.
   int dropped_at = 0;
   int first_use = -1;   // backward call index of its first Pop; -1: none
-  // Backward call index at which its memory goes: the BackwardStep after
-  // its layer's, or FinishBackward (== backward_calls).
+  // Backward call index (backward_calls: FinishBackward) at whose start its
+  // memory is gone when it stays on device: the caller dropped the saved
+  // handles and the popped tensors.
   int free_at = 0;
+  // The same when it is offloaded: every handle was popped and the caller
+  // dropped the popped tensors, so that the policy frees the reloaded
+  // memory there.
+  int done_at = 0;
 };
 
 struct BudgetRecording {

@@ -17,7 +17,9 @@ using ::testing::HasSubstr;
 
 // `layers` layers of `per_layer` units of `bytes` each, pushed one per call
 // in order; backward: BackwardStep(layer) then a Pop of each unit in
-// reverse push order, for layers n-1..0 (autograd's order).
+// reverse push order, for layers n-1..0 (autograd's order). A kept unit's
+// memory goes at the next BackwardStep (the layer's handles dropped), an
+// offloaded one's at the call after its pop.
 BudgetRecording Stack(int layers, int per_layer, int64_t bytes) {
   BudgetRecording r;
   r.layers = layers;
@@ -39,6 +41,7 @@ BudgetRecording Stack(int layers, int per_layer, int64_t bytes) {
       unit.dropped_at = unit.last_push + 1;  // by the next push
       unit.first_use = pop_call[l][u];
       unit.free_at = l > 0 ? step_call[l - 1] : call;
+      unit.done_at = pop_call[l][u] + 1;
       r.units.push_back(unit);
     }
   }

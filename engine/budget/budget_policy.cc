@@ -26,7 +26,6 @@ Offloader::BudgetPolicy::BudgetPolicy(Backend& backend,
             CoreOptions{options.min_span_coverage, options.skip_sparse_views,
                         options.warnings_to_stderr}) {
   backward_begun_.assign(options_.model_layers, false);
-  step_call_.assign(options_.model_layers, -1);
 }
 
 // Groups go first, each freeing its memory ordered after its copies.

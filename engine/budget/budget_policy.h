@@ -13,7 +13,10 @@
 //    next saved tensor fits;
 //  - at the start of the BackwardStep or Pop the plan names, a unit's
 //    reload starts; a Pop of a unit whose reload has not started (the
-//    workload changed) starts it there.
+//    workload changed) starts it there;
+//  - at the start of the backward call after all of a unit's handles were
+//    popped and the popped tensors dropped (as recorded), its reloaded
+//    memory is freed; FinishBackward frees what is left.
 // A push that does not match the recording (another layer, storage size or
 // order) makes the policy warn, keep every later tensor of the iteration on
 // device, and record again.
@@ -77,6 +80,12 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
     std::weak_ptr<Storage> watch;
     int handles = 0;
     int dropped_at = -1;
+    // Recording, backward: pops of its handles, and the backward calls at
+    // whose start its memory was gone (free_at) or could go if offloaded
+    // (done_at: all handles popped, the popped tensors dropped).
+    int pops = 0;
+    int free_at = -1;
+    int done_at = -1;
   };
 
   std::string Iteration() const;
@@ -105,6 +114,13 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   void NoteUse(const SavedTensor& saved);
   // Recording: notes the units the caller dropped by push `push`.
   void NoteDrops(int push);
+  // Recording: notes, at the start of backward call `call`, the units whose
+  // memory is gone or could go (Unit::free_at, done_at).
+  void NoteBackwardDrops(int call);
+  // Frees the offloaded units the plan frees at backward call `call`.
+  // Errors: an ordering call failed (the unit is released all the same; its
+  // memory is kept, warned).
+  Status RunFrees(int call);
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
@@ -119,6 +135,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   std::optional<BudgetRecording> recording_;
   std::optional<BudgetPlan> plan_;
   std::map<int, std::vector<int>> release_at_push_;  // from plan_
+  std::map<int, std::vector<int>> free_at_call_;     // offloaded units
   std::vector<int> reload_order_;                     // by reload call
 
   // This iteration.
@@ -129,9 +146,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   int pushes_ = 0;          // Push calls so far
   int backward_calls_ = 0;  // BackwardStep and Pop calls since the backward began
   int backward_count_ = 0;
-  int last_backward_ = -1;
   std::vector<bool> backward_begun_;
-  std::vector<int> step_call_;  // per layer: its BackwardStep's call index
   std::vector<Unit> units_;
   size_t first_held_ = 0;  // recording: units before it were dropped
   std::vector<int> pending_releases_;
