@@ -3,10 +3,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bench/bench_util.h"
 
 namespace offload::bench {
+namespace {
+
+// "a,b,c" as numbers.
+std::vector<double> Doubles(const char* v) {
+  std::vector<double> out;
+  for (const char* p = v; *p;) {
+    char* end = nullptr;
+    out.push_back(std::strtod(p, &end));
+    if (end == p) Die(std::string("not a list of numbers: ") + v);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+}  // namespace
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
@@ -36,17 +52,16 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
     else if (const char* v = val("--timeline_k")) f.timeline_k = std::atoi(v);
     else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;
-    else if (const char* v = val("--gemm_ms")) {
-      for (const char* p = v; *p;) {
-        char* end = nullptr;
-        f.gemm_ms.push_back(std::strtod(p, &end));
-        p = *end == ',' ? end + 1 : end;
-        if (end == p && *p) break;
-      }
-    }
+    else if (const char* v = val("--gemm_ms")) f.gemm_ms = Doubles(v);
+    else if (const char* v = val("--budget_k")) f.budget_k = Doubles(v);
     else Die("unknown flag " + a);
   }
   if (f.kmax < 0) f.kmax = f.shape.layers - 2;
+  for (double k : f.budget_k) {
+    if (!(k >= 0 && k < f.shape.layers)) {
+      Die("--budget_k values must be in [0, layers)");
+    }
+  }
   return f;
 }
 

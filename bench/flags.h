@@ -29,6 +29,11 @@ struct Flags {
   // (gpu_timeline.h). -1: none.
   int timeline_k = -1;
   std::string timeline_prefix = "layer_stack_timeline";
+  // --budget_k=4,4.5,5: after the k rows, one row per value with the byte
+  // budget schedule (OffloadOptions::activation_budget_bytes, SPEC §4.7)
+  // given the saved bytes of layers - value layers: what TE's k-of-n keeps
+  // resident at k = value (SavedBytesPerLayer in layer_stack.h).
+  std::vector<double> budget_k;
 };
 
 // Parses --name=value flags; dies on an unknown one. Fills in kmax's default.

@@ -23,6 +23,16 @@ Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
   return t;
 }
 
+OffloadOptions BenchOptions(const Shape& s, int k, double budget_k,
+                            bool retain) {
+  OffloadOptions oo;
+  oo.model_layers = s.layers;
+  oo.offloaded_layers = k;
+  oo.retain_pinned_buffers = retain;
+  if (budget_k >= 0) oo.activation_budget_bytes = BudgetForK(s, budget_k);
+  return oo;
+}
+
 const char* PushAtName(PushAt p) {
   return p == PushAt::kLayer ? "layer" : "gemm";
 }
@@ -117,8 +127,13 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     void* dattn = ex.work(5);
     void* dqkv = ex.work(6);
     void* dx = ex.work(i % 2 ? 1 : 2);
-    auto pop = [&](const SavedTensor& st) {
-      return Must(timed_call(kPop, [&] { return off.Pop(st); }), "Pop");
+    // As autograd, which releases a node's saved tensors once the node's
+    // backward ran: the handle goes with its pop (the popped tensor lives
+    // until its GEMM is enqueued).
+    auto pop = [&](SavedTensor& st) {
+      Tensor t = Must(timed_call(kPop, [&] { return off.Pop(st); }), "Pop");
+      st = SavedTensor();
+      return t;
     };
     ex.Run(5, i, {false, true, T, 4 * H, H, dy, ex.weight(4), du}, {}, nullptr);
     {
@@ -152,7 +167,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
       ex.Run(14, i, {true, false, H, 3 * H, T, Ptr(xi), dqkv, ex.grad(i, 0)},
              {&xi}, nullptr);
     }
-    sv = Saved();  // as autograd: the saved handles go with the layer
+    sv = Saved();
     dy = dx;
     return OkStatus();
   };

@@ -94,6 +94,22 @@ void* Ptr(const Tensor& t);
 Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,
                      const std::string& name);
 
+// The bytes a layer saves (x, qkv, attn, o, u: 10 T*H bf16 elements).
+inline int64_t SavedBytesPerLayer(const Shape& s) {
+  return s.tokens * s.hidden * 2 * 10;
+}
+
+// The byte budget equal to what TE's k-of-n keeps resident at k = `k`
+// (SPEC §4.1: layers - k layers' saved bytes); k may be fractional.
+inline int64_t BudgetForK(const Shape& s, double k) {
+  return int64_t((s.layers - k) * double(SavedBytesPerLayer(s)));
+}
+
+// Offloader options of the benchmark: k of n layers (budget_k < 0), or the
+// byte budget BudgetForK(budget_k).
+OffloadOptions BenchOptions(const Shape& s, int k, double budget_k,
+                            bool retain);
+
 // Offloader calls, for the host-cost breakdown.
 enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };
 inline constexpr const char* kCallNames[kCalls] = {

@@ -8,6 +8,7 @@
 //                     [--push_at=gemm|layer]
 //                     [--sim_only [--gemm_ms=a,b,...] [--trace_k=K]]
 //                     [--timeline_k=K --timeline_prefix=PATH]
+//                     [--budget_k=4,4.5,...]  (byte-budget rows, SPEC §4.7)
 //
 // The pieces, in bench/:
 //   flags.h             the command line
@@ -58,6 +59,14 @@ void RunSimOnly(const Flags& flags) {
     SimResult r = SimulateSchedule(s, k, ns, 55.3, 55.4, k == flags.trace_k);
     std::printf("sim k=%d: step %.3f ms, peak %.3f GiB, hazards %zu\n", k,
                 r.step_ns / 1e6, GiB(r.peak_bytes), r.hazards);
+  }
+  for (double b : flags.budget_k) {
+    SimResult r = SimulateSchedule(s, BenchOptions(s, 0, b, false), ns, 55.3,
+                                   55.4);
+    std::printf("sim budget k=%g (%.3f GiB): step %.3f ms, peak %.3f GiB, "
+                "offloaded %.3f GiB/step, hazards %zu\n",
+                b, GiB(BudgetForK(s, b)), r.step_ns / 1e6, GiB(r.peak_bytes),
+                GiB(r.bytes_offloaded), r.hazards);
   }
 }
 

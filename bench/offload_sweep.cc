@@ -28,11 +28,19 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
   std::vector<uint64_t> reference;
   std::array<double, kGemms>& gemm_ns = result.gemm_ns;
 
-  for (int k = 0; k <= flags.kmax; ++k) {
-    OffloadOptions oo;
-    oo.model_layers = s.layers;
-    oo.offloaded_layers = k;
-    oo.retain_pinned_buffers = flags.retain;
+  // k = 0 .. kmax with TE's k-of-n, then each --budget_k with the byte
+  // budget (its first warm-up step is the recorded one).
+  struct Config {
+    int k;
+    double budget_k;
+  };
+  std::vector<Config> configs;
+  for (int k = 0; k <= flags.kmax; ++k) configs.push_back({k, -1});
+  for (double b : flags.budget_k) configs.push_back({-1, b});
+  for (const Config& config : configs) {
+    const int k = config.k;
+    const OffloadOptions oo =
+        BenchOptions(s, std::max(k, 0), config.budget_k, flags.retain);
     auto off = Must(Offloader::Create(be, oo), "Offloader::Create");
     for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
     Cuda(cudaDeviceSynchronize(), "sync");
@@ -104,6 +112,12 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
 
     SweepRow row{};
     row.k = k;
+    row.budget_k = config.budget_k;
+    if (config.budget_k >= 0) {
+      row.budget_bytes = *oo.activation_budget_bytes;
+      std::fprintf(stderr, "budget k=%g plan:\n%s", config.budget_k,
+                   off->BudgetPlanText().c_str());
+    }
     row.step_ns = Median(times);
     double sum_host = 0;
     for (double h : host) sum_host += h;
@@ -119,11 +133,11 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     row.identical = hashes == reference;
     row.pinned_slab_allocs =
         st1.pinned_slab_allocations - st0.pinned_slab_allocations;
-    SimResult sim = SimulateSchedule(s, k, gemm_ns, peak_d2h, peak_h2d);
+    SimResult sim = SimulateSchedule(s, oo, gemm_ns, peak_d2h, peak_h2d);
     row.bound_ns = sim.step_ns;
     row.sim_peak = sim.peak_bytes;
     row.hazards = sim.hazards;
-    SimResult sim_own = SimulateSchedule(s, k, own_ns, peak_d2h, peak_h2d);
+    SimResult sim_own = SimulateSchedule(s, oo, own_ns, peak_d2h, peak_h2d);
     row.bound_own_ns = sim_own.step_ns;
     for (int g = 0; g < kGemms; ++g) (g < 5 ? row.fwd_ns : row.bwd_ns) += own_ns[g];
     for (int q = 0; q < kCalls; ++q) {
@@ -133,7 +147,8 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     if (flags.timeline_k >= 0 && (k == 0 || k == flags.timeline_k)) {
       result.timelines.push_back(CaptureStepTimeline(ex, *off, s, k));
     }
-    std::fprintf(stderr, "k=%d done: step %.2f ms, bound %.2f ms\n", k,
+    std::fprintf(stderr, "%s=%g done: step %.2f ms, bound %.2f ms\n",
+                 k >= 0 ? "k" : "budget k", k >= 0 ? double(k) : config.budget_k,
                  row.step_ns / 1e6, row.bound_ns / 1e6);
     for (const std::string& w : off->diagnostics().warnings()) {
       std::fprintf(stderr, "  engine warning: %s\n", w.c_str());

@@ -19,9 +19,11 @@
 
 namespace offload::bench {
 
-// The figures for one k.
+// The figures for one k, or one byte budget.
 struct SweepRow {
-  int k = 0;
+  int k = 0;               // -1 for a byte-budget row
+  double budget_k = -1;    // --budget_k value of a byte-budget row
+  int64_t budget_bytes = 0;
   double step_ns = 0, host_ns_per_offloaded = 0, host_ns_per_push = 0;
   uint64_t peak = 0;  // the device pool's UsedMemHigh over the timed steps
   double d2h_gbps = 0, h2d_gbps = 0, d2h_bytes = 0, h2d_bytes = 0;
@@ -38,7 +40,7 @@ struct SweepRow {
 };
 
 struct SweepResult {
-  std::vector<SweepRow> rows;             // k = 0 .. kmax
+  std::vector<SweepRow> rows;  // k = 0 .. kmax, then one per --budget_k
   std::array<double, kGemms> gemm_ns{};  // per-GEMM medians at k = 0
   // With --timeline_k=K: one extra step each at k = 0 and k = K, timed
   // GEMM by GEMM and copy by copy (gpu_timeline.h).

@@ -16,6 +16,61 @@ int64_t ActivationBytesPerLayer(const Shape& s) {
   return s.tokens * s.hidden * 2 * 10;
 }
 
+// "k=3" or "budget k=4.5".
+std::string Label(const SweepRow& r) {
+  char text[48];
+  if (r.k >= 0) {
+    std::snprintf(text, sizeof(text), "k=%d", r.k);
+  } else {
+    std::snprintf(text, sizeof(text), "budget k=%g", r.budget_k);
+  }
+  return text;
+}
+
+// The byte-budget rows next to TE's k-of-n rows of the same run at the
+// integer k around each budget.
+void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
+  const SweepRow& r0 = rows[0];
+  auto k_row = [&](int k) -> const SweepRow* {
+    for (const SweepRow& r : rows) {
+      if (r.k == k) return &r;
+    }
+    return nullptr;
+  };
+  bool any = false;
+  for (const SweepRow& r : rows) any = any || r.k < 0;
+  if (!any) return;
+  std::printf("\n## Byte budget (SPEC §4.7) against k of %d layers\n\n"
+              "Budget = the saved bytes of layers - k layers (what k-of-n keeps "
+              "resident by SPEC §4.1). TE k-of-n columns: this run's rows at "
+              "floor(k) / ceil(k).\n\n", s.layers);
+  std::printf("| budget k | budget GiB | step ms | ratio | act. peak GiB | "
+              "ratio | k-of-n ratio (floor/ceil) | k-of-n peak ratio | "
+              "bound ms | measured/bound | offloaded GiB/step | "
+              "host us/offl. tensor | bit-identical |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const SweepRow& r : rows) {
+    if (r.k >= 0) continue;
+    const SweepRow* lo = k_row(int(r.budget_k));
+    const SweepRow* hi = k_row(int(r.budget_k + 0.999));
+    char te[64] = "-", te_peak[64] = "-";
+    if (lo != nullptr && hi != nullptr) {
+      std::snprintf(te, sizeof(te), "x%.3f / x%.3f", lo->step_ns / r0.step_ns,
+                    hi->step_ns / r0.step_ns);
+      std::snprintf(te_peak, sizeof(te_peak), "x%.2f / x%.2f",
+                    double(lo->peak) / double(r0.peak),
+                    double(hi->peak) / double(r0.peak));
+    }
+    std::printf("| %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %s | %s | %.2f | "
+                "%.3f | %.2f | %.2f | %s |\n",
+                r.budget_k, GiB(r.budget_bytes), r.step_ns / 1e6,
+                r.step_ns / r0.step_ns, GiB(r.peak),
+                double(r.peak) / double(r0.peak), te, te_peak,
+                r.bound_ns / 1e6, r.step_ns / r.bound_ns, GiB(r.d2h_bytes),
+                r.host_ns_per_offloaded / 1e3, r.identical ? "yes" : "NO");
+  }
+}
+
 }  // namespace
 
 void PrintHeader(const char* device_name, const Flags& flags) {
@@ -72,6 +127,7 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
               "host us/offl. tensor | host us/push | bit-identical |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const SweepRow& r : rows) {
+    if (r.k < 0) continue;  // byte-budget rows: their own table below
     std::printf("| %d | %.2f | x%.3f | %.2f | x%.2f | %s | %s | %.2f | %.3f | "
                 "%.2f | %s | %.2f | %s |\n",
                 r.k, r.step_ns / 1e6, r.step_ns / r0.step_ns, GiB(r.peak),
@@ -93,6 +149,7 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
   for (int q = 0; q < kCalls; ++q) std::printf(" %s us |", kCallNames[q]);
   std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const SweepRow& r : rows) {
+    if (r.k < 0) continue;
     std::printf("| %d | %.3f | %.3f | %.2f | %.3f |", r.k, r.fwd_ns / 1e6,
                 r.bwd_ns / 1e6, r.bound_own_ns / 1e6,
                 r.step_ns / r.bound_own_ns);
@@ -103,8 +160,9 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
               " (timed events around each cudaMemcpyAsync on the copy "
               "streams, one extra step). Copies per step and smallest copy:");
   for (const SweepRow& r : rows) {
-    std::printf(" k=%d: %zu x >= %.0f MiB (%.2f GiB each way);", r.k,
-                r.copies, r.min_copy / 1048576.0, GiB(r.d2h_bytes));
+    std::printf(" %s: %zu x >= %.0f MiB (%.2f GiB each way);",
+                Label(r).c_str(), r.copies, r.min_copy / 1048576.0,
+                GiB(r.d2h_bytes));
   }
   std::printf("\npinned slabs allocated during the timed steps:");
   for (const SweepRow& r : rows) {
@@ -113,6 +171,7 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
   std::printf("\nsimulator hazards:");
   for (const SweepRow& r : rows) std::printf(" %zu", r.hazards);
   std::printf("\n");
+  PrintBudgetRows(s, rows);
   bool ok = true;
   for (const SweepRow& r : rows) ok = ok && r.identical;
   std::printf("\noutputs and all %d weight gradients bit-identical to k=0: "

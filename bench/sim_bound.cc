@@ -55,6 +55,14 @@ SimResult SimulateSchedule(const Shape& s, int k,
                            const std::array<double, kGemms>& ns,
                            double d2h_gbps, double h2d_gbps,
                            bool print_trace) {
+  return SimulateSchedule(s, BenchOptions(s, k, -1, false), ns, d2h_gbps,
+                          h2d_gbps, print_trace);
+}
+
+SimResult SimulateSchedule(const Shape& s, const OffloadOptions& oo,
+                           const std::array<double, kGemms>& ns,
+                           double d2h_gbps, double h2d_gbps,
+                           bool print_trace) {
   SimOptions so;
   so.d2h_gbps = d2h_gbps;
   so.h2d_gbps = h2d_gbps;
@@ -65,13 +73,15 @@ SimResult SimulateSchedule(const Shape& s, int k,
   so.record_trace = print_trace;
   SimBackend sim(so);
   SimExec ex(sim, ns);
-  OffloadOptions oo;
-  oo.model_layers = s.layers;
-  oo.offloaded_layers = k;
   auto off = Must(Offloader::Create(sim, oo), "Offloader::Create (sim)");
   std::vector<double> steps;
+  int64_t offloaded_before = 0;
   for (int it = 0; it < 3; ++it) {
     sim.RunUntilIdle();
+    // The peak and the bytes of the last step (a byte budget's first step
+    // is recorded without offloading).
+    sim.ResetPeaks();
+    offloaded_before = off->stats().bytes_offloaded;
     int64_t t0 = sim.NowNs();
     RunStep(ex, *off, s);
     sim.RunUntilIdle();
@@ -90,6 +100,7 @@ SimResult SimulateSchedule(const Shape& s, int k,
   r.step_ns = steps.back();
   r.peak_bytes = sim.device_memory().peak_bytes;
   r.hazards = sim.hazards().size();
+  r.bytes_offloaded = off->stats().bytes_offloaded - offloaded_before;
   return r;
 }
 

@@ -16,14 +16,22 @@ namespace offload::bench {
 
 struct SimResult {
   double step_ns = 0;      // the last of three simulated steps
-  int64_t peak_bytes = 0;  // simulated device memory peak
+  int64_t peak_bytes = 0;  // simulated device memory peak of the last step
   size_t hazards = 0;      // data races the simulator saw
+  int64_t bytes_offloaded = 0;  // D2H bytes of the last step
 };
 
 // Simulates three steps of `s` with `k` layers offloaded. `ns[g]` is GEMM g's
 // duration; the bandwidths are in GB/s (1e9 B/s). With `print_trace`, prints
 // the simulator's start/end lines of the compute and copy streams to stdout.
 SimResult SimulateSchedule(const Shape& s, int k,
+                           const std::array<double, kGemms>& ns,
+                           double d2h_gbps, double h2d_gbps,
+                           bool print_trace = false);
+
+// The same with any Offloader options (e.g. a byte budget: the first of the
+// three steps records, the last is planned).
+SimResult SimulateSchedule(const Shape& s, const OffloadOptions& options,
                            const std::array<double, kGemms>& ns,
                            double d2h_gbps, double h2d_gbps,
                            bool print_trace = false);
