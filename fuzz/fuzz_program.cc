@@ -106,6 +106,11 @@ FuzzProgram DecodeProgram(std::span<const uint8_t> data) {
         o.min_offload_elements = kMinElements[in.Byte() % 8];
         o.min_span_coverage = kCoverage[in.Byte() % 6];
         if ((flags & 8) != 0) o.schedule = DecodeTable(in, layers);
+        // One of the enabled patterns of the top bits asks for a byte
+        // budget (SPEC §4.7) instead.
+        if ((flags & 0xE0) == 0xC0) {
+          o.activation_budget_bytes = 1 + int64_t{in.Byte()} * 4096;
+        }
         break;
       }
       case FuzzOp::Kind::kBackwardStep:

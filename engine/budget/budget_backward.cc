@@ -85,28 +85,45 @@ void Offloader::BudgetPolicy::NoteBackwardDrops(int call) {
 }
 
 Status Offloader::BudgetPolicy::RunFrees(int call) {
-  auto it = free_at_call_.find(call);
-  if (it == free_at_call_.end()) return OkStatus();
+  if (auto it = free_at_call_.find(call); it != free_at_call_.end()) {
+    for (int unit : it->second) deferred_frees_.push_back(unit);
+  }
   Status first = OkStatus();
-  for (int unit : it->second) {
+  std::vector<int> left;
+  for (int unit : deferred_frees_) {
     if (unit >= static_cast<int>(units_.size()) || !units_[unit].offloaded ||
         groups_[unit]->state() == GroupState::kReleased) {
       continue;
     }
+    // Freed only once every handle of this iteration was popped: a
+    // backward that differs from the recording defers the free (and the
+    // next iteration is recorded again) rather than lose a tensor.
+    if (units_[unit].pops < groups_[unit]->size()) {
+      if (!diverged_) {
+        diverged_ = true;
+        core_.Warn("activation budget: the backward of " + Iteration() +
+                   " differs from the recording (" + groups_[unit]->Where() +
+                   " is not fully popped where the plan frees it); its free "
+                   "waits, and the next iteration is recorded again");
+      }
+      left.push_back(unit);
+      continue;
+    }
     first.Update(groups_[unit]->ReleaseAll(options_.retain_pinned_buffers));
   }
+  deferred_frees_ = std::move(left);
   return first;
 }
 
 void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
-  // Uses are recorded only where a plan will be made from them (a change
-  // of workload shows in the forward, before any use).
-  if (backward_count_ == 0 || planned()) return;
+  if (backward_count_ == 0) return;
   auto note = [&](const SavedTensor& s) {
     int unit = -1;
     if (const SavedTensor::InGroup* entry = s.group_entry()) {
-      unit = entry->group;
+      unit = entry->group;  // counted always: frees wait for every pop
     } else if (const SavedTensor::Kept* kept = s.kept()) {
+      // Kept units are looked up only where a plan will be made from them.
+      if (planned()) return;
       for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
         if (units_[i].storage == kept->tensor.storage.get()) {
           unit = i;
@@ -146,9 +163,44 @@ StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
   return group.Pop(entry->index);
 }
 
+Status Offloader::BudgetPolicy::CheckPoppable(const SavedTensor& saved,
+                                              bool composite) const {
+  if (saved.is_composite() != composite) {
+    return InvalidArgumentError(
+        composite ? "PopComposite of a plain handle (use Pop)"
+                  : "Pop of a composite handle (use PopComposite)");
+  }
+  auto check = [&](const SavedTensor& s) -> Status {
+    const SavedTensor::InGroup* entry = s.group_entry();
+    if (entry == nullptr) return OkStatus();
+    if (entry->group < 0 || entry->group >= static_cast<int>(groups_.size()) ||
+        groups_[entry->group] == nullptr) {
+      return InvalidArgumentError("Pop: a malformed SavedTensor (no unit " +
+                                  std::to_string(entry->group) + ")");
+    }
+    if (groups_[entry->group]->state() == GroupState::kReleased) {
+      return FailedPreconditionError(
+          "Pop of tensor #" + std::to_string(entry->index) + " of " +
+          groups_[entry->group]->Where() +
+          ": its memory was freed after all its handles were popped");
+    }
+    return OkStatus();
+  };
+  if (const SavedTensor::Composite* c = saved.composite()) {
+    for (const auto& component : c->components) {
+      if (component.has_value()) OFFLOAD_RETURN_IF_ERROR(check(*component));
+    }
+    return OkStatus();
+  }
+  return check(saved);
+}
+
 StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
                                       options_.enabled, "Pop", "Offloader"));
+  // Checked before the frees and reloads this call runs: a refused pop
+  // changes nothing.
+  OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/false));
   if (backward_count_ > 0) {
     NoteBackwardDrops(backward_calls_);
     OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext("Pop"));
@@ -167,6 +219,7 @@ StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
                                       options_.enabled, "PopComposite",
                                       "Offloader"));
+  OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/true));
   if (backward_count_ > 0) {
     NoteBackwardDrops(backward_calls_);
     OFFLOAD_RETURN_IF_ERROR(
@@ -247,9 +300,14 @@ Status Offloader::BudgetPolicy::FinishBackward() {
     group->BeginIteration();
   }
   first.Update(core_.RetryKept());
-  // A recorded iteration, or one whose workload changed (its units were
-  // tracked all the same), gives the plan of the next.
-  if (!plan_.has_value() || diverged_) first.Update(MakePlan());
+  // A recorded iteration gives the plan of the next; after one whose
+  // workload differed from the recording, the next is recorded again.
+  if (!plan_.has_value()) {
+    first.Update(MakePlan());
+  } else if (diverged_) {
+    plan_.reset();
+    recording_.reset();
+  }
   iteration_++;
   diverged_ = false;
   forward_count_ = 0;
@@ -261,6 +319,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
   units_.clear();
   first_held_ = 0;
   pending_releases_.clear();
+  deferred_frees_.clear();
   next_reload_ = 0;
   return first.WithContext("FinishBackward (the iteration ended)");
 }

@@ -19,7 +19,8 @@
 //    memory is freed; FinishBackward frees what is left.
 // A push that does not match the recording (another layer, storage size or
 // order) makes the policy warn, keep every later tensor of the iteration on
-// device, and record again.
+// device, and record the next iteration again; so does a backward whose
+// pops come where the plan frees (the free waits for the last pop).
 // Private to the //engine:offload library.
 
 #ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
@@ -111,13 +112,17 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   // order. Errors: a reload that failed (kept for a retry).
   Status RunReloads(int call);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
+  // The errors PopOne would return for `saved` before it changes anything:
+  // the wrong kind of handle, a malformed one, a released unit.
+  Status CheckPoppable(const SavedTensor& saved, bool composite) const;
   void NoteUse(const SavedTensor& saved);
   // Recording: notes the units the caller dropped by push `push`.
   void NoteDrops(int push);
   // Recording: notes, at the start of backward call `call`, the units whose
   // memory is gone or could go (Unit::free_at, done_at).
   void NoteBackwardDrops(int call);
-  // Frees the offloaded units the plan frees at backward call `call`.
+  // Frees the offloaded units the plan frees at backward call `call`, and
+  // those deferred, once every handle of theirs was popped.
   // Errors: an ordering call failed (the unit is released all the same; its
   // memory is kept, warned).
   Status RunFrees(int call);
@@ -150,6 +155,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   std::vector<Unit> units_;
   size_t first_held_ = 0;  // recording: units before it were dropped
   std::vector<int> pending_releases_;
+  std::vector<int> deferred_frees_;  // due, waiting for their last pop
   size_t next_reload_ = 0;
 };
 

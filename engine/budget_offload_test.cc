@@ -1,0 +1,200 @@
+// The layer front door with a byte budget (SPEC §4.7,
+// OffloadOptions::activation_budget_bytes): option checks, the recorded
+// first iteration, the plan, what the policy refuses, and a workload that
+// changes after the recording.
+
+#include <memory>
+#include <vector>
+
+#include "backends/sim/sim_backend.h"
+#include "engine/offload.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/offload_test_util.h"
+#include "testing/status_matchers.h"
+#include "testing/tensor_util.h"
+
+namespace offload {
+namespace {
+
+using ::offload::offload_test::Consume;
+using ::offload::offload_test::Produce;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr int kLayers = 4;
+constexpr int64_t kTensorBytes = 64 * 64 * 4;  // f32 [64, 64]
+
+class BudgetOffloadTest : public ::testing::Test {
+ protected:
+  OffloadOptions Options(int64_t budget) {
+    OffloadOptions o;
+    o.model_layers = kLayers;
+    o.min_offload_elements = 256;
+    o.activation_budget_bytes = budget;
+    return o;
+  }
+
+  // One iteration: `per_layer` tensors per layer, each produced after the
+  // previous push and dropped by the caller once pushed; popped in reverse
+  // and checked byte by byte.
+  void Iteration(Offloader& off, int per_layer, uint64_t iteration,
+                 StatusCode finish = StatusCode::kOk) {
+    std::vector<std::vector<SavedTensor>> saved(kLayers);
+    std::vector<std::vector<uint64_t>> seeds(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      ASSERT_OK_AND_ASSIGN(int layer, off.ForwardStep());
+      ASSERT_EQ(layer, l);
+      for (int t = 0; t < per_layer; ++t) {
+        const uint64_t seed = iteration * 1000 + l * 10 + t;
+        ASSERT_OK_AND_ASSIGN(Tensor x,
+                             Produce(sim_, DType::kF32, {64, 64}, seed, 1000));
+        ASSERT_OK_AND_ASSIGN(SavedTensor h, off.Push(x));
+        saved[l].push_back(h);
+        seeds[l].push_back(seed);
+      }
+    }
+    for (int l = kLayers - 1; l >= 0; --l) {
+      ASSERT_OK(off.BackwardStep(l));
+      for (int t = per_layer - 1; t >= 0; --t) {
+        ASSERT_OK_AND_ASSIGN(Tensor x, off.Pop(saved[l][t]));
+        ASSERT_OK(Consume(sim_, {x}, 1000));
+        ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
+                             ReadTensorBytes(sim_, x));
+        EXPECT_EQ(bytes, PatternTensorBytes(x, seeds[l][t]))
+            << "layer " << l << " tensor " << t;
+        saved[l][t] = SavedTensor();
+      }
+    }
+    EXPECT_EQ(off.FinishBackward().code(), finish);
+  }
+
+  SimBackend sim_{SimOptions{}};
+};
+
+TEST_F(BudgetOffloadTest, OptionsAreChecked) {
+  OffloadOptions o = Options(0);
+  EXPECT_THAT(Offloader::Create(sim_, o).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("activation_budget_bytes must be positive")));
+  o = Options(1 << 20);
+  o.manual_synchronization = true;
+  EXPECT_THAT(Offloader::Create(sim_, o).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("excludes")));
+  o = Options(1 << 20);
+  o.schedule = ScheduleTable{{0, ScheduleEntry{true, 2, false, 2}}};
+  EXPECT_THAT(Offloader::Create(sim_, o).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("excludes")));
+}
+
+// Iteration 1 offloads nothing and is recorded; the plan then offloads the
+// earliest tensors, and device memory stays within the budget.
+TEST_F(BudgetOffloadTest, RecordsThenPlansWithinTheBudget) {
+  const int64_t budget = 5 * kTensorBytes;
+  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, Options(budget)));
+  Iteration(*off, 3, 1);
+  EXPECT_EQ(off->stats().bytes_offloaded, 0);
+  const std::string plan = off->BudgetPlanText();
+  EXPECT_THAT(plan, HasSubstr("budget " + std::to_string(budget)));
+  EXPECT_TRUE(off->WillOffload(0));
+  EXPECT_FALSE(off->WillOffload(kLayers - 1)) << plan;
+  EXPECT_TRUE(off->schedule().empty());
+
+  sim_.RunUntilIdle();
+  sim_.ResetPeaks();
+  Iteration(*off, 3, 2);
+  sim_.RunUntilIdle();
+  EXPECT_GT(off->stats().bytes_offloaded, 0);
+  EXPECT_LE(sim_.device_memory().peak_bytes, budget);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+  EXPECT_THAT(off->diagnostics().warnings(), IsEmpty());
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
+}
+
+TEST_F(BudgetOffloadTest, ManualCallsAreRefused) {
+  ASSERT_OK_AND_ASSIGN(auto off,
+                       Offloader::Create(sim_, Options(1 << 20)));
+  ASSERT_OK(off->ForwardStep().status());
+  EXPECT_THAT(off->StartOffload(0),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("with an activation budget the plan")));
+  EXPECT_THAT(off->ReleaseForwardMemory(0),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(off->StartReload(0), StatusIs(StatusCode::kFailedPrecondition));
+}
+
+// A budget no plan can keep: FinishBackward says so and names the unit; the
+// next iteration runs (recorded again), nothing offloaded, nothing lost.
+TEST_F(BudgetOffloadTest, ImpossibleBudgetIsAClearErrorAndLosesNothing) {
+  ASSERT_OK_AND_ASSIGN(auto off,
+                       Offloader::Create(sim_, Options(kTensorBytes)));
+  std::vector<SavedTensor> saved;
+  for (int l = 0; l < kLayers; ++l) {
+    ASSERT_OK(off->ForwardStep().status());
+    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
+    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+    saved.push_back(h);
+  }
+  for (int l = kLayers - 1; l >= 0; --l) {
+    ASSERT_OK(off->BackwardStep(l));
+    ASSERT_OK(off->Pop(saved[l]).status());
+  }
+  saved.clear();
+  EXPECT_THAT(off->FinishBackward(),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("unit 1 (layer 1")));
+  EXPECT_EQ(off->BudgetPlanText(), "");
+  Iteration(*off, 1, 2, StatusCode::kResourceExhausted);
+  EXPECT_EQ(off->stats().bytes_offloaded, 0);
+}
+
+// More tensors than recorded: a warning naming the unit, the rest of the
+// iteration stays on device, every byte comes back, and the next iteration
+// is recorded again (its plan fits the new workload).
+TEST_F(BudgetOffloadTest, ChangedWorkloadWarnsAndRecordsAgain) {
+  ASSERT_OK_AND_ASSIGN(
+      auto off, Offloader::Create(sim_, Options(5 * kTensorBytes)));
+  Iteration(*off, 2, 1);
+  const std::string first_plan = off->BudgetPlanText();
+  Iteration(*off, 3, 2);
+  ASSERT_EQ(off->diagnostics().warnings().size(), 1u);
+  EXPECT_THAT(off->diagnostics().warnings()[0],
+              HasSubstr("the workload changed in iteration 2: unit 2"));
+  EXPECT_EQ(off->BudgetPlanText(), "");  // recorded again next
+  Iteration(*off, 3, 3);
+  EXPECT_NE(off->BudgetPlanText(), "");
+  EXPECT_NE(off->BudgetPlanText(), first_plan);
+  sim_.RunUntilIdle();
+  sim_.ResetPeaks();
+  Iteration(*off, 3, 4);
+  sim_.RunUntilIdle();
+  EXPECT_LE(sim_.device_memory().peak_bytes, 5 * kTensorBytes);
+  EXPECT_EQ(off->diagnostics().warnings().size(), 1u);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+}
+
+// A pop refused for a wrong handle changes nothing: the plan's frees and
+// reloads of that call have not run, and the right pop then works.
+TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
+  ASSERT_OK_AND_ASSIGN(
+      auto off, Offloader::Create(sim_, Options(5 * kTensorBytes)));
+  Iteration(*off, 3, 1);
+  std::vector<SavedTensor> saved;
+  for (int l = 0; l < kLayers; ++l) {
+    ASSERT_OK(off->ForwardStep().status());
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_OK_AND_ASSIGN(Tensor x,
+                           Produce(sim_, DType::kF32, {64, 64}, 10 * l + t));
+      ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+      saved.push_back(h);
+    }
+  }
+  ASSERT_OK(off->BackwardStep(kLayers - 1));
+  const int64_t reloaded = off->stats().bytes_reloaded;
+  EXPECT_THAT(off->PopComposite(saved.back()),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
+}
+
+}  // namespace
+}  // namespace offload
