@@ -19,7 +19,8 @@
 # timelines.tar (the run tool brings back at most 8 files). Exits non-zero
 # if a run failed or was not bit-identical. Extra flags for both runs go in
 # BENCH_FLAGS, e.g. BENCH_FLAGS=--push_at=layer TIMELINE_K= (the old push
-# points, no timelines).
+# points, no timelines). BUDGET_K lists the byte-budget rows (--budget_k;
+# default 1,2,2.5,...,6; empty: none).
 #
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
@@ -60,6 +61,10 @@ on_device() {
   local smi=$!
   local failures=0
   local timeline_k="${TIMELINE_K-4}"
+  # Byte-budget rows (SPEC §4.7; empty: none), at TE's k = 1..6 and between.
+  local budget_k="${BUDGET_K-1,2,2.5,3,3.5,4,4.5,5,5.5,6}"
+  local budget=()
+  [[ -n "$budget_k" ]] && budget=(--budget_k="$budget_k")
   for cfg in "4096 8192" "2048 16384"; do
     set -- $cfg
     local name="h$1"
@@ -71,6 +76,7 @@ on_device() {
     echo "===== hidden $1 tokens $2"
     timeout --kill-after=10 "${BENCH_TIMEOUT_S:-240}" \
       "$dir/layer_stack_bench" --hidden="$1" --tokens="$2" "${timeline[@]}" \
+      "${budget[@]}" \
       ${BENCH_FLAGS:-} \
       >"$out/$name.md" 2>"$out/$name.log"
     local rc=$?

@@ -20,7 +20,8 @@
 set -uo pipefail
 
 BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
-          cuda_backend_test cuda_pipeline_test cuda_copy_benchmark)
+          cuda_backend_test cuda_pipeline_test cuda_budget_test
+          cuda_copy_benchmark)
 # Built from bench/ with -c opt (its own output folder: the binaries above
 # stay fastbuild).
 BENCH_TESTS=(overlap_check_test)
@@ -98,7 +99,7 @@ on_device() {
   # 1. The tests, then the overlap check (bench/overlap_check_test.cc: copies
   # beside GEMMs >= 90% per direction, step <= 1.25x the limit, bytes equal).
   for t in cuda_smoke_test pinned_arena_test cuda_conformance_test \
-           cuda_backend_test cuda_pipeline_test; do
+           cuda_backend_test cuda_pipeline_test cuda_budget_test; do
     step "$t" "$out/tests.log" 300 "$dir/$t"
   done
   step "overlap_check_test" "$out/tests.log" 240 "$dir/overlap_check_test"
@@ -121,6 +122,7 @@ on_device() {
       "backend held streams|${cs[*]} $dir/cuda_backend_test --gtest_filter=$held"
       "backend errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_backend_test --gtest_filter=$errors"
       "pipeline|${cs[*]} $dir/cuda_pipeline_test"
+      "budget|${cs[*]} $dir/cuda_budget_test"
       "benchmark --quick|${cs[*]} $dir/cuda_copy_benchmark --quick"
     )
     for part in "${parts[@]}"; do
