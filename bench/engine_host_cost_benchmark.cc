@@ -1,32 +1,51 @@
 // Engine-only host cost per offloaded tensor: ForwardStep + Push + BackwardStep
 // + Pop + FinishBackward of a layer stack (driven by RunLayerStep,
-// testing/layer_loop.h) on the SimBackend without bytes
-// (store_bytes = false, no trace). The figure includes the simulator's own
-// bookkeeping of the enqueued operations (its hazard detector too), so it is
-// an upper bound for the engine's share; the simulated device's progress
-// (RunUntilIdle at the end of each step) is excluded from the timing.
+// testing/layer_loop.h; 8 layers, m saved tensors of their own storage per
+// layer, k offloaded by the default schedule; pops in the reverse order of
+// the pushes, as autograd and bench/layer_stack.cc do).
 //
 //   bazel run -c opt //bench:engine_host_cost_benchmark
 //
+// Three benchmarks of the same step:
+//  - BM_EngineStep: on the SimBackend without bytes (store_bytes = false, no
+//    trace). Includes the simulator's own bookkeeping of the enqueued work
+//    (its hazard detector too); the simulated device's progress
+//    (RunUntilIdle between steps) is excluded.
+//  - BM_EngineOnly: on a NullBackend (bench/null_backend.h), whose calls do
+//    nothing: the engine's own host cost. BM_EngineStep minus BM_EngineOnly
+//    is the simulator's share.
+//  - BM_EngineCalls: on a CountingBackend over the SimBackend: the backend
+//    calls the engine makes per offloaded tensor in steady state (after two
+//    warm-up steps), by kind. The caller's own calls (making the tensors,
+//    dropping its references) are not counted. Third argument: retain
+//    (retain_pinned_buffers).
+//
 // Counters: us_per_offloaded = wall time / offloaded tensors (k layers x m
-// tensors per step); us_per_push = wall time / all pushes (n x m).
+// tensors per step); us_per_push = wall time / all pushes (n x m); in
+// BM_EngineCalls, <Kind> = calls of that kind / offloaded tensors and
+// calls = all of them.
 
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
+#include "bench/null_backend.h"
 #include "engine/offload.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
+#include "testing/counting_backend.h"
 #include "testing/layer_loop.h"
 
 namespace offload {
 namespace {
+
+constexpr int kLayers = 8;
 
 void Check(const Status& s) {
   if (!s.ok()) {
@@ -40,75 +59,183 @@ T Check(StatusOr<T> s) {
   return std::move(s).value();
 }
 
-// Args: layers offloaded k, tensors per layer m (8 layers).
-void BM_EngineStep(benchmark::State& state) {
-  const int n = 8;
+// One layer stack on `backend`: its step, with the tensors made beforehand.
+class Stack {
+ public:
+  // `around_caller` is called before and after each piece of the caller's
+  // own work inside the step (dropping its references), so that a counter
+  // can leave it out; may be empty.
+  Stack(Backend& backend, int k, int m, bool retain,
+        std::function<void(bool before)> around_caller = nullptr)
+      : backend_(backend), m_(m), around_caller_(std::move(around_caller)),
+        saved_(kLayers), fresh_(kLayers) {
+    OffloadOptions oo;
+    oo.model_layers = kLayers;
+    oo.offloaded_layers = k;
+    oo.min_offload_elements = 1024;
+    oo.retain_pinned_buffers = retain;
+    offloader_ = Check(Offloader::Create(backend, oo));
+    hooks_.forward = [this](int i) {
+      saved_[i].clear();
+      for (int j = 0; j < m_; ++j) {
+        saved_[i].push_back(Check(offloader_->Push(fresh_[i][j])));
+      }
+      Caller(true);
+      fresh_[i].clear();  // drop the caller's references, as autograd does
+      Caller(false);
+      return OkStatus();
+    };
+    hooks_.backward = [this](int i) {
+      for (int j = m_ - 1; j >= 0; --j) {
+        Tensor t = Check(offloader_->Pop(saved_[i][j]));
+        benchmark::DoNotOptimize(t.storage);
+        Caller(true);
+        t = Tensor();
+        Caller(false);
+      }
+      Caller(true);
+      saved_[i].clear();
+      Caller(false);
+      return OkStatus();
+    };
+  }
+
+  // Makes the next step's tensors (not timed, not counted).
+  void MakeTensors() {
+    for (auto& layer : fresh_) {
+      layer.clear();
+      for (int j = 0; j < m_; ++j) {
+        Tensor t;
+        t.storage = std::make_shared<Storage>(Check(
+            backend_.AllocateDevice(kElements * 2, backend_.ComputeStream())));
+        t.dtype = DType::kBF16;
+        t.shape = {kElements};
+        t.strides = {1};
+        layer.push_back(std::move(t));
+      }
+    }
+  }
+
+  void Step() { Check(RunLayerStep(*offloader_, kLayers, hooks_)); }
+
+ private:
+  static constexpr int64_t kElements = 4096;  // 8 KiB bf16: size is moot
+  void Caller(bool before) {
+    if (around_caller_) around_caller_(before);
+  }
+
+  Backend& backend_;
+  const int m_;
+  std::function<void(bool)> around_caller_;
+  std::unique_ptr<Offloader> offloader_;
+  LayerLoopHooks hooks_;
+  std::vector<std::vector<SavedTensor>> saved_;
+  std::vector<std::vector<Tensor>> fresh_;
+};
+
+void SetTimeCounters(benchmark::State& state, int64_t steps) {
   const int k = int(state.range(0));
   const int m = int(state.range(1));
-  const int64_t elements = 4096;  // 8 KiB bf16: size does not matter here
+  const double offloaded = double(steps) * k * m;
+  const double pushes = double(steps) * kLayers * m;
+  state.counters["us_per_offloaded"] = benchmark::Counter(
+      k > 0 ? offloaded / 1e6 : 0.0,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_push"] = benchmark::Counter(
+      pushes / 1e6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// Args: layers offloaded k, tensors per layer m (8 layers).
+void BM_EngineStep(benchmark::State& state) {
   SimOptions so;
   so.store_bytes = false;
   so.record_trace = false;
   SimBackend sim(so);
-  OffloadOptions oo;
-  oo.model_layers = n;
-  oo.offloaded_layers = k;
-  oo.min_offload_elements = 1024;
-  auto off = Check(Offloader::Create(sim, oo));
-  std::vector<std::vector<SavedTensor>> saved(n);
-  auto make = [&] {
-    Tensor t;
-    t.storage = std::make_shared<Storage>(
-        Check(sim.AllocateDevice(elements * 2, sim.ComputeStream())));
-    t.dtype = DType::kBF16;
-    t.shape = {elements};
-    t.strides = {1};
-    return t;
-  };
-  // Tensors are made outside the timed region: only engine calls (and the
-  // layer loop's hooks around them) are timed.
-  std::vector<std::vector<Tensor>> fresh(n);
-  LayerLoopHooks hooks;
-  hooks.forward = [&](int i) {
-    saved[i].clear();
-    for (int j = 0; j < m; ++j) saved[i].push_back(Check(off->Push(fresh[i][j])));
-    fresh[i].clear();  // drop the caller's references, as autograd does
-    return OkStatus();
-  };
-  hooks.backward = [&](int i) {
-    for (const SavedTensor& st : saved[i]) {
-      Tensor t = Check(off->Pop(st));
-      benchmark::DoNotOptimize(t.storage);
-    }
-    saved[i].clear();
-    return OkStatus();
-  };
-  int64_t pushes = 0, offloaded = 0;
+  Stack stack(sim, int(state.range(0)), int(state.range(1)), false);
+  int64_t steps = 0;
   for (auto _ : state) {
     state.PauseTiming();
     sim.RunUntilIdle();
-    for (auto& layer : fresh) {
-      layer.clear();
-      for (int j = 0; j < m; ++j) layer.push_back(make());
-    }
+    stack.MakeTensors();
     state.ResumeTiming();
-    Check(RunLayerStep(*off, n, hooks));
-    pushes += int64_t{n} * m;
-    offloaded += int64_t{k} * m;
+    stack.Step();
+    ++steps;
   }
   sim.RunUntilIdle();
-  state.counters["us_per_offloaded"] = benchmark::Counter(
-      k > 0 ? double(offloaded) / 1e6 : 0.0,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["us_per_push"] = benchmark::Counter(
-      double(pushes) / 1e6,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  SetTimeCounters(state, steps);
 }
 BENCHMARK(BM_EngineStep)
     ->ArgsProduct({{0, 2, 4, 6}, {5, 32}})
     ->ArgNames({"k", "m"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+void BM_EngineOnly(benchmark::State& state) {
+  NullBackend null;
+  Stack stack(null, int(state.range(0)), int(state.range(1)), false);
+  int64_t steps = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    stack.MakeTensors();
+    state.ResumeTiming();
+    stack.Step();
+    ++steps;
+  }
+  SetTimeCounters(state, steps);
+}
+BENCHMARK(BM_EngineOnly)
+    ->ArgsProduct({{0, 2, 4, 6}, {5, 32}})
+    ->ArgNames({"k", "m"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+// Args: k, m, retain (0 or 1).
+void BM_EngineCalls(benchmark::State& state) {
+  const int k = int(state.range(0));
+  const int m = int(state.range(1));
+  SimOptions so;
+  so.store_bytes = false;
+  so.record_trace = false;
+  SimBackend sim(so);
+  CountingBackend counting(sim);
+  CallCounts caller, mark;
+  Stack stack(counting, k, m, state.range(2) != 0, [&](bool before) {
+    if (before) {
+      mark = counting.counts();
+    } else {
+      caller += counting.counts() - mark;
+    }
+  });
+  for (int warm = 0; warm < 2; ++warm) {
+    stack.MakeTensors();
+    stack.Step();
+    sim.RunUntilIdle();
+  }
+  CallCounts engine;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    sim.RunUntilIdle();
+    stack.MakeTensors();
+    counting.Reset();
+    caller = CallCounts();
+    stack.Step();
+    engine += counting.counts() - caller;
+    ++steps;
+  }
+  sim.RunUntilIdle();
+  const double offloaded = double(steps) * k * m;
+  const std::vector<std::string> names = CallCounts::Names();
+  const std::vector<int64_t> values = engine.Values();
+  for (size_t i = 0; i < names.size(); ++i) {
+    state.counters[names[i]] = offloaded > 0 ? values[i] / offloaded : 0.0;
+  }
+  state.counters["calls"] = offloaded > 0 ? engine.total() / offloaded : 0.0;
+}
+BENCHMARK(BM_EngineCalls)
+    ->ArgsProduct({{2, 4, 6}, {5}, {0, 1}})
+    ->ArgNames({"k", "m", "retain"})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20);
 
 }  // namespace
 }  // namespace offload

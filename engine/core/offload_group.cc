@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "engine/core/block_slice.h"
 #include "engine/core/span_planner.h"
 
 namespace offload {
@@ -14,6 +15,43 @@ std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
 std::string Percent(double fraction) {
   return std::to_string(static_cast<int>(fraction * 1000.0 + 0.5) / 10) + "." +
          std::to_string(static_cast<int>(fraction * 1000.0 + 0.5) % 10) + "%";
+}
+
+// Spans share blocks (pinned: those of one pool tag; device: all of a
+// reload). A span goes right after the previous one of its block when that
+// one ends at a multiple of kSpanAlignment (as a backend aligns its own
+// allocations), else it opens a block of its own: no padding, so blocks hold
+// exactly the spans' bytes, and every span starts aligned.
+constexpr int64_t kSpanAlignment = 256;
+
+// Where spans of `sizes` go: the blocks' sizes and tags, and each span's
+// block and offset.
+struct BlockLayout {
+  std::vector<int64_t> block_sizes;
+  std::vector<int64_t> block_tags;
+  std::vector<int> block;
+  std::vector<int64_t> offset;
+};
+
+BlockLayout PackByTag(const std::vector<int64_t>& sizes,
+                      const std::vector<int64_t>& tags) {
+  BlockLayout layout;
+  std::map<int64_t, int> open;  // tag -> its last block
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto it = open.find(tags[i]);
+    if (it == open.end() ||
+        layout.block_sizes[it->second] % kSpanAlignment != 0) {
+      layout.block_tags.push_back(tags[i]);
+      layout.block_sizes.push_back(0);
+      it = open.insert_or_assign(
+                   tags[i], static_cast<int>(layout.block_sizes.size()) - 1)
+               .first;
+    }
+    layout.block.push_back(it->second);
+    layout.offset.push_back(layout.block_sizes[it->second]);
+    layout.block_sizes[it->second] += sizes[i];
+  }
+  return layout;
 }
 
 }  // namespace
@@ -177,11 +215,12 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
     retained_sizes_.clear();
   }
 
-  // Pinned buffers first: without them the group stays on device. The D2H
+  // Pinned blocks first: without them the group stays on device. The D2H
   // stream waits until reused ones are no longer read by the last reload.
+  const BlockLayout layout = PackByTag(sizes, tags);
   if (!sizes.empty()) {
-    StatusOr<std::vector<Buffer>> hosts =
-        core_.pinned().Take(sizes, tags, core_.d2h());
+    StatusOr<std::vector<Buffer>> hosts = core_.pinned().Take(
+        layout.block_sizes, layout.block_tags, core_.d2h());
     if (!hosts.ok()) {
       int64_t total = 0;
       for (int64_t s : sizes) total += s;
@@ -190,14 +229,23 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
       return OkStatus();
     }
     host_ = std::move(hosts).value();
-    host_tags_ = std::move(tags);
+    host_tags_ = layout.block_tags;
+    host_span_bytes_ = 0;
+    for (int64_t size : sizes) host_span_bytes_ += size;
     if (retain_pinned) retained_sizes_ = sizes;
   }
 
-  // Spans, then contiguous copies of sparse views as spans of their own.
+  // Spans, then contiguous copies of sparse views as spans of their own
+  // (in the order of `sizes`: span k lies in pinned block layout.block[k]).
   spans_.clear();
+  auto place = [&](Span& span) {
+    const size_t k = spans_.size();
+    span.host_block = layout.block[k];
+    span.host_offset = layout.offset[k];
+  };
   for (const PlannedSpan& planned : plan.spans) {
     Span span;
+    place(span);
     span.device = planned.storage;
     span.begin = planned.begin;
     span.bytes = planned.bytes();
@@ -217,6 +265,7 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
       continue;
     }
     Span span;  // a placeholder keeps host_ and spans_ aligned on failure
+    place(span);
     if (MakeContiguous(index, plan.sparse_coverage[i])) {
       span.device = entries_[index].tensor.storage;
       span.bytes = entries_[index].tensor.nbytes();
@@ -280,7 +329,7 @@ Status OffloadGroup::EnqueueOffloadCopies(bool gathered) {
     if (needs_gathered) OFFLOAD_RETURN_IF_ERROR(d2h.Wait(*gathered_));
     host_last_user_ = &d2h;
     OFFLOAD_RETURN_IF_ERROR(d2h.Copy(
-        host_[k].data(),
+        HostData(span),
         static_cast<const char*>(span.device->data()) + span.begin,
         span.bytes));
     ++core_.stats().spans_offloaded;
@@ -304,38 +353,55 @@ Status OffloadGroup::ReleaseForwardMemory() {
   return DropDeviceStorages(/*ordered=*/true, OkStatus());
 }
 
+void* OffloadGroup::HostData(const Span& span) const {
+  return static_cast<char*>(host_[span.host_block].data()) + span.host_offset;
+}
+
 Status OffloadGroup::StartReload() {
   if (state_ == GroupState::kKeptOnDevice) return OkStatus();
   if (state_ != GroupState::kOffloadFinished) return WrongState("StartReload");
   Backend& backend = core_.backend();
   Stream& compute = core_.compute();
   Stream& h2d = core_.h2d();
-  // All device memory first, on the compute stream's pool: a failure leaves
-  // everything as it was (nothing used the new memory, so freeing it on the
-  // compute stream is ordered).
-  auto free_new = [&](std::vector<Buffer>& buffers, Stream& stream) {
+  // Device blocks for all spans (one unless a span's size breaks the
+  // alignment), on the compute stream's pool: a failure leaves everything
+  // as it was (nothing used the new memory, so freeing it on the compute
+  // stream is ordered).
+  std::vector<int64_t> sizes;
+  std::vector<size_t> placed;  // the span of each entry of `sizes`
+  for (size_t k = 0; k < spans_.size(); ++k) {
+    if (spans_[k].bytes == 0) continue;  // placeholder
+    sizes.push_back(spans_[k].bytes);
+    placed.push_back(k);
+  }
+  const BlockLayout layout =
+      PackByTag(sizes, std::vector<int64_t>(sizes.size(), 0));
+  std::vector<std::shared_ptr<Buffer>> blocks;
+  auto free_new = [&](Stream& stream) {
     Status first = OkStatus();
-    for (Buffer& b : buffers) {
-      if (!b.empty()) first.Update(backend.Free(b, stream));
+    for (auto& block : blocks) {
+      if (!block->empty()) first.Update(backend.Free(*block, stream));
     }
     return first;
   };
-  std::vector<Buffer> buffers(spans_.size());
-  for (size_t k = 0; k < spans_.size(); ++k) {
-    if (spans_[k].bytes == 0) continue;  // placeholder
-    StatusOr<Buffer> buffer = backend.AllocateDevice(spans_[k].bytes, compute);
-    if (!buffer.ok()) {
-      Status freed = free_new(buffers, compute);
-      return Status(buffer.status().code(),
-                    "StartReload of " + Where() + ": span " +
-                        std::to_string(k) + " needs " +
-                        Bytes(spans_[k].bytes) + " of device memory (" +
-                        buffer.status().message() +
+  for (int64_t bytes : layout.block_sizes) {
+    StatusOr<Buffer> allocated = backend.AllocateDevice(bytes, compute);
+    if (!allocated.ok()) {
+      Status freed = free_new(compute);
+      return Status(allocated.status().code(),
+                    "StartReload of " + Where() + ": " + Bytes(bytes) +
+                        " of device memory for its spans (" +
+                        allocated.status().message() +
                         "); the host copy is kept, retry when memory is free" +
                         (freed.ok() ? "" : " (" + freed.ToString() + ")"));
     }
-    buffers[k] = std::move(buffer).value();
+    blocks.push_back(std::make_shared<Buffer>(std::move(allocated).value()));
   }
+  // The span's reloaded bytes: entry i of `sizes`.
+  auto device = [&](size_t i) {
+    return static_cast<char*>(blocks[layout.block[i]]->data()) +
+           layout.offset[i];
+  };
   Status status = OkStatus();
   while (span_reloaded_.size() < spans_.size()) span_reloaded_.emplace_back();
   for (size_t k = 0; k < span_reloaded_.size() && status.ok(); ++k) {
@@ -353,26 +419,28 @@ Status OffloadGroup::StartReload() {
   }
   if (!status.ok()) {
     // Nothing on the H2D stream uses the new memory yet.
-    Status freed = free_new(buffers, compute);
+    Status freed = free_new(compute);
     return Status(status.code(),
                   "StartReload of " + Where() + ": " + status.message() +
                       "; the host copy is kept, retry later" +
                       (freed.ok() ? "" : " (" + freed.ToString() + ")"));
   }
-  for (size_t k = 0; k < spans_.size() && status.ok(); ++k) {
-    if (buffers[k].empty()) continue;
+  // In span order on the one H2D stream: Pop relies on it (a span's event
+  // covers the earlier spans' copies).
+  for (size_t i = 0; i < placed.size() && status.ok(); ++i) {
+    const size_t k = placed[i];
     host_last_user_ = &h2d;
-    status = h2d.Copy(buffers[k].data(), host_[k].data(), spans_[k].bytes);
+    status = h2d.Copy(device(i), HostData(spans_[k]), spans_[k].bytes);
     if (status.ok()) status = h2d.Record(*span_reloaded_[k]);
   }
   if (!status.ok()) {
     // Free the new memory after whatever copies were enqueued (on the H2D
     // stream: the compute stream never used it); the host copy stays.
-    Status freed = free_new(buffers, h2d);
+    Status freed = free_new(h2d);
     if (!freed.ok()) {
-      for (Buffer& b : buffers) {
-        if (b.empty()) continue;
-        core_.Keep(std::make_shared<Storage>(std::move(b)), h2d, Where(),
+      for (auto& block : blocks) {
+        if (block->empty()) continue;
+        core_.Keep(std::make_shared<Storage>(std::move(*block)), h2d, Where(),
                    freed);
       }
     }
@@ -380,9 +448,10 @@ Status OffloadGroup::StartReload() {
                                      status.message() +
                                      "; the host copy is kept, retry later");
   }
-  for (size_t k = 0; k < spans_.size(); ++k) {
-    if (buffers[k].empty()) continue;
-    spans_[k].reloaded = std::make_shared<Storage>(std::move(buffers[k]));
+  for (size_t i = 0; i < placed.size(); ++i) {
+    const size_t k = placed[i];
+    spans_[k].reloaded = std::make_shared<Storage>(std::make_unique<BlockSlice>(
+        blocks[layout.block[i]], layout.offset[i], spans_[k].bytes));
     spans_[k].waited = false;
     core_.stats().bytes_reloaded += spans_[k].bytes;
   }
@@ -414,7 +483,11 @@ StatusOr<Tensor> OffloadGroup::Pop(int index) {
   if (!span.waited) {
     OFFLOAD_RETURN_IF_ERROR(
         core_.compute().Wait(*span_reloaded_[entry.span]));
-    span.waited = true;
+    // StartReload enqueued the spans' copies in span order on the one H2D
+    // stream: this span's event covers the copies of the spans before it,
+    // so their pops need no wait of their own (none waits for more than
+    // its own span: pops in reverse push order, as autograd's, wait once).
+    for (int k = 0; k <= entry.span; ++k) spans_[k].waited = true;
   }
   Tensor tensor = entry.tensor;
   tensor.storage = span.reloaded;
@@ -434,9 +507,7 @@ void OffloadGroup::BeginIteration() {
 }
 
 int64_t OffloadGroup::host_bytes() const {
-  int64_t total = 0;
-  for (const Buffer& host : host_) total += host.size();
-  return total;
+  return host_.empty() ? 0 : host_span_bytes_;
 }
 
 }  // namespace offload

@@ -62,7 +62,8 @@ class OffloadGroup {
 
   // Plans spans (span_planner.h), makes sparse views contiguous on the
   // compute stream (or leaves them, with skip_sparse_views), takes pinned
-  // buffers (from the pool when `retain_pinned`), and enqueues each span's
+  // blocks (from the pool when `retain_pinned`; spans of one pool tag share
+  // one, as StartReload's device block), and enqueues each span's
   // D2H copy after the ready points of all its tensors, then records the
   // group's finish event. If pinned memory cannot be had or a copy cannot
   // be enqueued, the group is kept on device (a warning).
@@ -114,17 +115,20 @@ class OffloadGroup {
   // Bytes the group's spans copied to host in this iteration.
   int64_t copied_bytes() const { return copied_bytes_; }
 
-  // Allocates device memory for every span on the compute stream, makes the
-  // H2D stream wait for that point (and for the group's copies to host when
-  // ReleaseAfterCopies released without the compute stream waiting), copies each span back and records one
-  // event per span. A no-op when kept on device.
+  // Allocates one device block for all spans (each a sub-range of it, a
+  // BlockSlice; a span whose size is not a multiple of 256 bytes ends its
+  // block, see PackByTag) on the compute stream, makes the H2D stream wait for that
+  // point (and for the group's copies to host when ReleaseAfterCopies
+  // released without the compute stream waiting), copies each span back in
+  // span order and records one event per span. A no-op when kept on device.
   // Errors: kFailedPrecondition unless offload_finished or kept on device;
   //   kResourceExhausted if device memory runs out, or what an ordering or
   //   copy call returns (nothing changed; the host copy stays for a retry).
   Status StartReload();
 
   // The tensor of `index` as pushed. After a reload it is a view of the
-  // reloaded span, and the compute stream waits for that span's event.
+  // reloaded span, and the compute stream waits for that span's event
+  // unless it already waited for a later span's (which covers it).
   // Errors: kFailedPrecondition if the device memory was released and no
   //   reload started, or the group was released; what the wait returns.
   StatusOr<Tensor> Pop(int index);
@@ -172,6 +176,8 @@ class OffloadGroup {
     int64_t bytes = 0;
     std::vector<int> entries;
     bool waited = false;  // the compute stream already waits for its reload
+    int host_block = -1;       // its pinned block in host_
+    int64_t host_offset = 0;   // and its offset there
   };
 
   Status WrongState(const char* call) const;
@@ -192,6 +198,8 @@ class OffloadGroup {
   // Makes the compute stream wait for the ready point of every entry no copy
   // ordered (see ReleaseAll); keeps those it cannot order.
   Status OrderAfterProducers();
+  // The span's bytes in its pinned block.
+  void* HostData(const Span& span) const;
   // Frees (or pools) the pinned buffers after the last copy using them.
   Status ReleaseHost(bool retain_pinned);
   // The pool tag of each span's pinned buffer.
@@ -216,8 +224,11 @@ class OffloadGroup {
   int64_t copied_bytes_ = 0;
   std::vector<Entry> entries_;
   std::vector<Span> spans_;
-  std::vector<Buffer> host_;  // one per span
+  // Pinned blocks: one per pool tag among the spans (one per group unless
+  // pooled per dtype), each span a sub-range of one.
+  std::vector<Buffer> host_;
   std::vector<int64_t> host_tags_;  // their pool tags
+  int64_t host_span_bytes_ = 0;     // the spans' bytes in them
   // Span sizes of the first iteration, when pinned buffers are retained.
   std::vector<int64_t> retained_sizes_;
   // Events, reused across iterations.

@@ -67,9 +67,22 @@ Status PinnedPool::FreeOrKeep(Buffer& buffer, Stream& stream) {
 Status PinnedPool::Give(std::vector<Buffer> buffers,
                         const std::vector<int64_t>& tags, Stream& last_user) {
   if (buffers.empty()) return OkStatus();
-  StatusOr<std::unique_ptr<Event>> event = backend_.NewEvent();
-  Status status = event.status();
-  if (status.ok()) status = last_user.Record(**event);
+  // An event no pooled buffer refers to any more is recorded again (a
+  // wait made on it earlier keeps what it waited for).
+  std::shared_ptr<Event> free_after;
+  for (const std::shared_ptr<Event>& event : events_) {
+    if (event.use_count() == 1) free_after = event;
+  }
+  Status status = OkStatus();
+  if (free_after == nullptr) {
+    StatusOr<std::unique_ptr<Event>> event = backend_.NewEvent();
+    status = event.status();
+    if (status.ok()) {
+      free_after = std::move(event).value();
+      events_.push_back(free_after);
+    }
+  }
+  if (status.ok()) status = last_user.Record(*free_after);
   if (!status.ok()) {
     // No point to wait for: free them in stream order instead.
     // A failed free keeps the buffer (leaked_bytes); the first error wins.
@@ -79,7 +92,6 @@ Status PinnedPool::Give(std::vector<Buffer> buffers,
     }
     return status;
   }
-  std::shared_ptr<Event> free_after = std::move(event).value();
   for (size_t i = 0; i < buffers.size(); ++i) {
     pooled_.push_back(
         Pooled{std::move(buffers[i]), tags[i], &last_user, free_after});

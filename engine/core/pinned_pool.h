@@ -48,6 +48,7 @@ class PinnedPool {
 
   // Pools `buffers` under `tag`; each may be reused once the work enqueued
   // on `last_user` so far has completed.
+  // Reuses an event of an earlier Give that no pooled buffer refers to.
   // Errors: what NewEvent or Record return. Then the buffers are not
   //   pooled but freed, ordered on `last_user`; if even that fails they
   //   are kept (never freed unordered) and counted in leaked_bytes().
@@ -88,6 +89,8 @@ class PinnedPool {
   OffloaderStats& stats_;
   std::vector<Pooled> pooled_;
   std::vector<Buffer> leaked_;
+  // Every event Give made, reused once no pooled buffer refers to it.
+  std::vector<std::shared_ptr<Event>> events_;
 };
 
 }  // namespace offload
