@@ -24,6 +24,7 @@ extern "C" cudaError_t __wrap_cudaMemcpyAsync(void* dst, const void* src,
                                               size_t count, cudaMemcpyKind kind,
                                               cudaStream_t stream) {
   CopyTimer& t = offload::bench::GlobalCopyTimer();
+  ++t.calls;
   if (!t.enabled || stream == t.compute) {
     return __real_cudaMemcpyAsync(dst, src, count, kind, stream);
   }

@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 // The runtime's own cudaMemcpyAsync, never timed (the linker's name for it
@@ -43,6 +44,9 @@ struct CopyTimer {
   size_t next = 0;                 // next unused event of `pool`
   std::vector<CopyRecord> records;
   bool overflow = false;  // a copy went untimed: `pool` ran out
+  // Every cudaMemcpyAsync through the wrapper, timed or not (for
+  // call_counter.h, which cannot wrap the call a second time).
+  int64_t calls = 0;
 };
 
 // The one timer the wrapper uses.

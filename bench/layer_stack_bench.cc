@@ -18,6 +18,7 @@
 //   sim_bound.h         the lower bound (the step on the simulator)
 //   offload_sweep.h     the timing loop over k offloaded layers
 //   copy_interposer.h   timing of the engine's copies (-Wl,--wrap)
+//   call_counter.h      CUDA runtime calls per offloaded tensor (-Wl,--wrap)
 //   gpu_timeline.h      one step as a timeline picture (--timeline_k)
 //   report.h            the tables printed to stdout
 
@@ -30,6 +31,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "bench/bench_util.h"
+#include "bench/call_counter.h"
 #include "bench/copy_interposer.h"
 #include "bench/cuda_check.h"
 #include "bench/flags.h"
@@ -99,6 +101,7 @@ int Main(int argc, char** argv) {
 
   const SweepResult sweep = RunSweep(ex, *be, flags, peak_d2h, peak_h2d);
   bool ok = PrintSweep(s, sweep, peak_d2h);
+  PrintCallCounts(MeasureCallCounts(ex, *be, flags));
   if (flags.timeline_k > flags.kmax) {
     std::fprintf(stderr, "warning: --timeline_k=%d > kmax=%d: no timeline\n",
                  flags.timeline_k, flags.kmax);

@@ -81,13 +81,11 @@ Status CudaErrorStatus(cudaError_t error, std::string_view call,
 
 class CudaBackend::CudaEvent final : public Event {
  public:
-  CudaEvent(const CudaBackend* owner, cudaEvent_t event)
+  CudaEvent(CudaBackend* owner, cudaEvent_t event)
       : owner_(owner), event_(event) {}
-  ~CudaEvent() override {
-    // Safe while recorded work is pending: the driver releases the event
-    // once that work completed, and waits already enqueued stay in force.
-    (void)cudaEventDestroy(event_);
-  }
+  // Returns the CUDA event to the backend's pool (NewEvent reuses it once
+  // complete; waits already enqueued on it stay in force).
+  ~CudaEvent() override { owner_->RetireEvent(event_); }
 
   StatusOr<bool> Query() override {
     const cudaError_t error = cudaEventQuery(event_);
@@ -102,7 +100,7 @@ class CudaBackend::CudaEvent final : public Event {
     return OkStatus();
   }
 
-  const CudaBackend* const owner_;
+  CudaBackend* const owner_;
   const cudaEvent_t event_;
 };
 
@@ -290,6 +288,10 @@ CudaBackend::~CudaBackend() {
     (void)ReclaimPinnedLocked(/*wait=*/true);
     for (cudaEvent_t event : spare_events_) (void)cudaEventDestroy(event);
     spare_events_.clear();
+    // Safe while recorded work is pending: the driver releases the event
+    // once that work completed.
+    for (cudaEvent_t event : retired_events_) (void)cudaEventDestroy(event);
+    retired_events_.clear();
     for (void* slab : slabs_) (void)cudaFreeHost(slab);
     slabs_.clear();
   }
@@ -327,6 +329,13 @@ StatusOr<Stream*> CudaBackend::NewStream(std::string_view name) {
 }
 
 StatusOr<std::unique_ptr<Event>> CudaBackend::NewEvent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cudaEvent_t event = TakeCompleteEventLocked(); event != nullptr) {
+      ++counters_.events_reused;
+      return std::unique_ptr<Event>(new CudaEvent(this, event));
+    }
+  }
   OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), "NewEvent");
   cudaEvent_t event = nullptr;
   OFFLOAD_CUDA_RETURN_IF_ERROR(
@@ -579,12 +588,41 @@ StatusOr<cudaEvent_t> CudaBackend::TakeEventLocked() {
     spare_events_.pop_back();
     return event;
   }
+  if (!retired_events_.empty()) {
+    // Recorded again at once: what it captured before does not matter.
+    cudaEvent_t event = retired_events_.front();
+    retired_events_.pop_front();
+    return event;
+  }
   cudaEvent_t event = nullptr;
   OFFLOAD_CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
       "cudaEventCreateWithFlags", "an event for a pinned free");
   ++counters_.events_created;
   return event;
+}
+
+cudaEvent_t CudaBackend::TakeCompleteEventLocked() {
+  if (!spare_events_.empty()) {
+    cudaEvent_t event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+  if (retired_events_.empty()) return nullptr;
+  // Oldest first: the one most likely complete. One query at most.
+  const cudaError_t error = cudaEventQuery(retired_events_.front());
+  if (error != cudaSuccess) {
+    if (error != cudaErrorNotReady) (void)cudaGetLastError();
+    return nullptr;  // pending (or failed: left for the destructor)
+  }
+  cudaEvent_t event = retired_events_.front();
+  retired_events_.pop_front();
+  return event;
+}
+
+void CudaBackend::RetireEvent(cudaEvent_t event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  retired_events_.push_back(event);
 }
 
 Status CudaBackend::ReleaseFreeSlabsLocked() {
@@ -643,7 +681,7 @@ Status CudaBackend::Release(void* data, int64_t size, MemorySpace space,
   if (!event.ok()) return event.status().WithContext(context());
   const cudaError_t error = cudaEventRecord(*event, own->stream_);
   if (error != cudaSuccess) {
-    spare_events_.push_back(*event);
+    retired_events_.push_back(*event);  // maybe pending: not spare
     return CudaErrorStatus(error, "cudaEventRecord", context());
   }
   pending_[own->stream_].push_back(PendingFree{*event, address});

@@ -5,7 +5,10 @@
 //    they never synchronize with the legacy default stream. ComputeStream() is
 //    such a stream named "compute" (or, with CudaOptions::compute_stream, a
 //    stream the caller owns, e.g. PyTorch's current stream).
-//  - Events are created with cudaEventDisableTiming (the cheapest kind).
+//  - Events are created with cudaEventDisableTiming (the cheapest kind) and
+//    pooled: a destroyed Event's CUDA event is handed out again by NewEvent
+//    once it has completed (a completed event behaves as one never
+//    recorded), which saves a cudaEventCreate and a cudaEventDestroy.
 //  - Copy is cudaMemcpyAsync(cudaMemcpyDefault): the driver picks the copy
 //    engine of the direction, so a D2H stream and an H2D stream run at once.
 //  - Stream::Gather keeps the interface's default implementation: one Copy
@@ -94,6 +97,7 @@ struct CudaBackendStats {
   uint64_t device_pool_reserved_high = 0;   // ReservedMemHigh
   uint64_t device_pool_used_bytes = 0;      // UsedMemCurrent
   int64_t events_created = 0;  // cudaEventCreate calls (NewEvent + pool)
+  int64_t events_reused = 0;   // NewEvent calls served by a pooled event
   int64_t release_failures = 0;  // ~Buffer releases that failed
 };
 
@@ -172,6 +176,11 @@ class CudaBackend final : public Backend {
   // `wait`, first waits for every pending event.
   Status ReclaimPinnedLocked(bool wait);
   StatusOr<cudaEvent_t> TakeEventLocked();
+  // A complete pooled event for NewEvent (spare, or retired and found
+  // complete by cudaEventQuery), or nullptr if there is none.
+  cudaEvent_t TakeCompleteEventLocked();
+  // ~CudaEvent's path: keeps `event` for reuse.
+  void RetireEvent(cudaEvent_t event);
   StatusOr<uintptr_t> AllocatePinnedLocked(int64_t bytes);
   Status ReleaseFreeSlabsLocked();
 
@@ -190,7 +199,9 @@ class CudaBackend final : public Backend {
   std::vector<void*> slabs_;  // cudaHostAlloc'd bases
   // Per CUDA stream, in record order (completion is in order on a stream).
   std::map<cudaStream_t, std::deque<PendingFree>> pending_;
-  std::vector<cudaEvent_t> spare_events_;
+  std::vector<cudaEvent_t> spare_events_;  // complete
+  // Destroyed Events' CUDA events, oldest first; may still be pending.
+  std::deque<cudaEvent_t> retired_events_;
   std::map<uintptr_t, int64_t> device_live_;  // address -> bytes
   CudaBackendStats counters_;
 };

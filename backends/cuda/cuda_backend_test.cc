@@ -256,6 +256,36 @@ TEST(CudaBackendTest, CopyRejectsOverlapAndMemoryOfNoAllocation) {
   ASSERT_OK(compute.Synchronize());
 }
 
+// NewEvent hands out a destroyed event's CUDA event again once that event
+// completed (then it behaves as never recorded); a pending one is not reused.
+TEST(CudaBackendHeldStreamTest, NewEventReusesDestroyedEventsOnceComplete) {
+  std::unique_ptr<CudaBackend> backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_OK_AND_ASSIGN(Stream* stream, backend->NewStream("copy"));
+  ASSERT_OK_AND_ASSIGN(cudaStream_t native, backend->NativeStream(*stream));
+  ASSERT_OK_AND_ASSIGN(CudaBackendStats start, backend->stats());
+  {
+    Gate gate;
+    ASSERT_CUDA(gate.Close(native));
+    {
+      ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> pending, backend->NewEvent());
+      ASSERT_OK(stream->Record(*pending));
+    }
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> fresh, backend->NewEvent());
+    EXPECT_THAT(fresh->Query(), IsOkAndHolds(true));  // not the pending one
+    ASSERT_OK_AND_ASSIGN(CudaBackendStats held, backend->stats());
+    EXPECT_EQ(held.events_created, start.events_created + 2);
+    gate.Open();
+  }
+  ASSERT_OK(stream->Synchronize());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> reused, backend->NewEvent());
+  EXPECT_THAT(reused->Query(), IsOkAndHolds(true));
+  ASSERT_OK(backend->ComputeStream().Wait(*reused));
+  ASSERT_OK_AND_ASSIGN(CudaBackendStats after, backend->stats());
+  EXPECT_EQ(after.events_created, start.events_created + 2);
+  EXPECT_EQ(after.events_reused, 1);
+}
+
 // ---------------------------------------------------------------------------
 // Pinned pool.
 
