@@ -21,6 +21,7 @@
 #include "rapidcheck/gtest.h"
 #include "testing/sim_compute.h"
 #include "testing/tensor_util.h"
+#include "testing/workload.h"
 
 namespace offload {
 namespace {
@@ -277,6 +278,47 @@ RC_GTEST_PROP(BudgetProperties, Deterministic, ()) {
   RC_ASSERT(a.status.ToString() == b.status.ToString());
   RC_ASSERT(a.sim->trace() == b.sim->trace());
   RC_ASSERT(a.peaks == b.peaks);
+}
+
+// The workload driver's stacks (views of one qkv buffer, strided bases,
+// repeated saves, composites, small and flagged tensors; a layer's buffers
+// made at once) through a budget, as backends/cuda/cuda_budget_test runs
+// them on the GPU: every byte right, no hazard, and the plan offloads.
+TEST(BudgetWorkloadTest, DriverStacksThroughABudget) {
+  int planned = 0;
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    for (double fraction : {0.3, 0.6}) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " budget " +
+                   std::to_string(fraction));
+      SimBackend sim{SimOptions{}};
+      RandomSpecOptions spec_options;
+      spec_options.layers = 6;
+      const WorkloadSpec spec = RandomWorkloadSpec(seed, spec_options);
+      OffloadOptions options;
+      options.model_layers = spec_options.layers;
+      options.min_offload_elements = spec_options.min_offload_elements;
+      options.activation_budget_bytes =
+          int64_t(fraction * double(spec.TotalActivationBytes()));
+      std::unique_ptr<Offloader> off =
+          std::move(Offloader::Create(sim, options)).value();
+      WorkloadOptions run;
+      run.iterations = 4;
+      run.allow_made_contiguous = true;
+      StatusOr<WorkloadResult> result =
+          RunWorkload(sim, *off, spec, SimWorkloadHooks(sim), run);
+      if (!result.ok()) {
+        EXPECT_EQ(result.status().code(), StatusCode::kResourceExhausted)
+            << result.status();
+        continue;
+      }
+      ++planned;
+      EXPECT_TRUE(result->mismatches.empty());
+      EXPECT_GT(off->stats().bytes_offloaded, 0) << off->BudgetPlanText();
+      sim.RunUntilIdle();
+      EXPECT_TRUE(sim.hazards().empty());
+    }
+  }
+  EXPECT_GE(planned, 3);
 }
 
 }  // namespace
