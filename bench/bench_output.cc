@@ -41,7 +41,9 @@ double Number(const std::string& cell) {
 
 StatusOr<BenchOutput> ParseBenchOutput(const std::string& text) {
   BenchOutput out;
-  enum Section { kOther, kPinnedTable, kGemmTable, kSweepTable };
+  enum Section {
+    kOther, kPinnedTable, kGemmTable, kSweepTable, kOwnTable, kBudgetTable
+  };
   Section section = kOther;
   bool header = false, pinned = false;
   std::array<bool, kGemms> seen{};
@@ -63,6 +65,10 @@ StatusOr<BenchOutput> ParseBenchOutput(const std::string& text) {
         section = kGemmTable;
       } else if (line.find("Offloading k of") != std::string::npos) {
         section = kSweepTable;
+      } else if (line.find("Byte budget") != std::string::npos) {
+        section = kBudgetTable;
+      } else if (line.find("own GEMM times") != std::string::npos) {
+        section = kOwnTable;
       } else {
         section = kOther;
       }
@@ -93,6 +99,24 @@ StatusOr<BenchOutput> ParseBenchOutput(const std::string& text) {
       r.peak_gib = Number(c[3]);
       r.bound_ms = Number(c[7]);
       out.rows.push_back(r);
+    } else if (section == kOwnTable && numbered && c.size() >= 3) {
+      // | k | fwd ms/layer | bwd ms/layer | ...
+      for (BenchRow& r : out.rows) {
+        if (r.k == std::atoi(c[0].c_str())) {
+          r.own_layer_ms = Number(c[1]) + Number(c[2]);
+        }
+      }
+    } else if (section == kBudgetTable && numbered && c.size() >= 9) {
+      // | budget k | budget GiB | step ms | ratio | act. peak GiB | ratio |
+      //   k-of-n ratios | k-of-n peak ratios | bound ms | ...
+      BenchRow r;
+      r.k = -1;
+      r.budget_k = Number(c[0]);
+      r.step_ms = Number(c[2]);
+      r.peak_gib = Number(c[4]);
+      r.bound_ms = Number(c[8]);
+      if (c.size() >= 15) r.own_layer_ms = Number(c[13]) + Number(c[14]);
+      out.budget_rows.push_back(r);
     }
   }
   if (!header) return InvalidArgumentError("no '# layer_stack_bench:' line");

@@ -47,8 +47,9 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
   std::printf("| budget k | budget GiB | step ms | ratio | act. peak GiB | "
               "ratio | k-of-n ratio (floor/ceil) | k-of-n peak ratio | "
               "bound ms | measured/bound | offloaded GiB/step | "
-              "host us/offl. tensor | bit-identical |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "host us/offl. tensor | bit-identical | fwd ms/layer (own) | "
+              "bwd ms/layer (own) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const SweepRow& r : rows) {
     if (r.k >= 0) continue;
     const SweepRow* lo = k_row(int(r.budget_k));
@@ -62,12 +63,13 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
                     double(hi->peak) / double(r0.peak));
     }
     std::printf("| %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %s | %s | %.2f | "
-                "%.3f | %.2f | %.2f | %s |\n",
+                "%.3f | %.2f | %.2f | %s | %.3f | %.3f |\n",
                 r.budget_k, GiB(r.budget_bytes), r.step_ns / 1e6,
                 r.step_ns / r0.step_ns, GiB(r.peak),
                 double(r.peak) / double(r0.peak), te, te_peak,
                 r.bound_ns / 1e6, r.step_ns / r.bound_ns, GiB(r.d2h_bytes),
-                r.host_ns_per_offloaded / 1e3, r.identical ? "yes" : "NO");
+                r.host_ns_per_offloaded / 1e3, r.identical ? "yes" : "NO",
+                r.fwd_ns / 1e6, r.bwd_ns / 1e6);
   }
 }
 
