@@ -14,6 +14,9 @@
 //  - BM_EngineOnly: on a NullBackend (bench/null_backend.h), whose calls do
 //    nothing: the engine's own host cost. BM_EngineStep minus BM_EngineOnly
 //    is the simulator's share.
+//  - BM_EngineMarginal: the same on the NullBackend, minus a step that
+//    offloads nothing: the engine's cost per offloaded tensor without the
+//    fixed costs of each step (manual time: the difference).
 //  - BM_EngineCalls: on a CountingBackend over the SimBackend: the backend
 //    calls the engine makes per offloaded tensor in steady state (after two
 //    warm-up steps), by kind. The caller's own calls (making the tensors,
@@ -27,6 +30,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -188,6 +192,42 @@ BENCHMARK(BM_EngineOnly)
     ->ArgNames({"k", "m"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// The engine's marginal cost of offloading a tensor (issue 11 item 4's
+// "engine-only" figure without each step's fixed costs): each iteration
+// times one step of k offloaded layers and one of none, both on a
+// NullBackend; the iteration time is their difference, and
+// us_per_offloaded = that difference / (k x m). Manual time, so the two
+// steps alternate under the same machine load.
+void BM_EngineMarginal(benchmark::State& state) {
+  const int k = int(state.range(0));
+  const int m = int(state.range(1));
+  NullBackend null;
+  Stack offloading(null, k, m, false);
+  Stack plain(null, 0, m, false);
+  int64_t steps = 0;
+  for (auto _ : state) {
+    offloading.MakeTensors();
+    plain.MakeTensors();
+    const auto t0 = std::chrono::steady_clock::now();
+    offloading.Step();
+    const auto t1 = std::chrono::steady_clock::now();
+    plain.Step();
+    const auto t2 = std::chrono::steady_clock::now();
+    const double diff = std::chrono::duration<double>((t1 - t0) - (t2 - t1))
+                            .count();
+    state.SetIterationTime(diff > 0 ? diff : 1e-12);
+    ++steps;
+  }
+  state.counters["us_per_offloaded"] = benchmark::Counter(
+      double(steps) * k * m / 1e6,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_EngineMarginal)
+    ->ArgsProduct({{2, 4, 6}, {5, 32}})
+    ->ArgNames({"k", "m"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
 
 // Args: k, m, retain (0 or 1).
 void BM_EngineCalls(benchmark::State& state) {
