@@ -166,17 +166,17 @@ StatusOr<SavedTensor> Offloader::LayerPolicy::PushOne(const Tensor& tensor,
 
 StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const Tensor& tensor) {
   if (!options_.enabled) return Kept(tensor, -1);
-  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
+  if (open_layer_ < 0) return CheckPush("tensor " + tensor.Describe());
   const int layer = open_layer_;
   // SPEC §4.4: no processing at all for layers that are not offloaded.
   if (!WillOffload(layer)) return Kept(tensor, layer);
-  OFFLOAD_RETURN_IF_ERROR(
-      CheckOffloadable(tensor, "Push in " + LayerName(layer)));
+  OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+      tensor, [layer] { return "Push in " + LayerName(layer); }));
   return PushOne(tensor, layer);
 }
 
 Status Offloader::LayerPolicy::CheckOffloadable(const Tensor& tensor,
-                                         const std::string& where) const {
+                                                const WhereFn& where) const {
   return offload::CheckOffloadable(tensor, core_.backend(),
                                    options_.min_offload_elements, where);
 }
@@ -193,10 +193,10 @@ StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const CompositeTensor& tensor
   if (offloaded) {
     for (size_t i = 0; i < tensor.components.size(); ++i) {
       if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
-          *tensor.components[i], "Push in " + LayerName(layer) +
-                                     " of composite '" + tensor.name +
-                                     "' component " + std::to_string(i)));
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(*tensor.components[i], [&] {
+        return "Push in " + LayerName(layer) + " of composite '" +
+               tensor.name + "' component " + std::to_string(i);
+      }));
     }
   }
   // All or nothing: a component that fails to push (its ready point could

@@ -14,6 +14,7 @@
 #include "engine/core/group_key.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
+#include "engine/core/push_checks.h"
 #include "engine/offload.h"
 #include "engine/offload_policy.h"
 
@@ -100,7 +101,7 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   // Checks a tensor Push would hand to a group: well-formed, and its memory
   // and ready event belong to this backend (a foreign storage would be read
   // through another backend's address space: silent corruption).
-  Status CheckOffloadable(const Tensor& tensor, const std::string& where) const;
+  Status CheckOffloadable(const Tensor& tensor, const WhereFn& where) const;
   SavedTensor Kept(const Tensor& tensor, int layer) const {
     return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
   }

@@ -260,10 +260,11 @@ void Offloader::BudgetPolicy::RetryReleases() {
 StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
   if (!options_.enabled) return SavedTensor(owner_, iteration_, -1,
                                             SavedTensor::Kept{tensor});
-  OFFLOAD_RETURN_IF_ERROR(CheckPush("tensor " + tensor.Describe()));
-  OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
-      tensor, core_.backend(), options_.min_offload_elements,
-      "Push in " + LayerName(open_layer_)));
+  if (open_layer_ < 0) return CheckPush("tensor " + tensor.Describe());
+  const int layer = open_layer_;
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
+                       WhereFn([layer] { return "Push in " + LayerName(layer); })));
   const int push = pushes_;
   NoteDrops(push);
   OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, push));

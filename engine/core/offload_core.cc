@@ -45,10 +45,16 @@ Status OffloadCore::ComputeWaitsFor(Stream& user, Event& point) {
 }
 
 Status OffloadCore::FreeOnCompute(std::shared_ptr<Storage> storage,
-                                  const std::string& what) {
+                                  const std::function<std::string()>& what) {
   Status status = storage->memory().ReleaseAfter(compute_);
-  if (!status.ok()) Keep(std::move(storage), compute_, what, status);
+  if (!status.ok()) Keep(std::move(storage), compute_, what(), status);
   return status;
+}
+
+Status OffloadCore::FreeOnCompute(std::shared_ptr<Storage> storage,
+                                  const std::string& what) {
+  return FreeOnCompute(std::move(storage),
+                       std::function<std::string()>([&what] { return what; }));
 }
 
 void OffloadCore::Keep(std::shared_ptr<Storage> storage, Stream& user,

@@ -12,6 +12,7 @@
 #define OFFLOAD_ENGINE_CORE_OFFLOAD_CORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +72,9 @@ class OffloadCore {
   // Frees `storage`'s memory on the compute stream now. REQUIRES: every
   // stream that used it is ordered before the compute stream's current end.
   // If the free fails the storage is kept (Keep) and the error returned.
+  // `what` is called only if the free fails (no message on the hot path).
+  Status FreeOnCompute(std::shared_ptr<Storage> storage,
+                       const std::function<std::string()>& what);
   Status FreeOnCompute(std::shared_ptr<Storage> storage,
                        const std::string& what);
 

@@ -2,6 +2,7 @@
 // reloaded spans, each ordered after the work that uses it (offload_group.h).
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -59,7 +60,8 @@ Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
                    "stay on device because the caller still holds their "
                    "storage; offloading them saved no memory");
       } else if (it->second == 1) {
-        first.Update(core_.FreeOnCompute(span.device, Where()));
+        first.Update(core_.FreeOnCompute(
+            span.device, std::function<std::string()>([this] { return Where(); })));
       }
       if (--it->second == 0) internal.erase(it);
     }
@@ -256,7 +258,9 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
                            ? OkStatus()
                            : core_.compute().Wait(*span_reloaded_[k]);
       if (ordered.ok()) {
-        first.Update(core_.FreeOnCompute(span.reloaded, Where()));
+        first.Update(core_.FreeOnCompute(
+            span.reloaded,
+            std::function<std::string()>([this] { return Where(); })));
       } else {
         first.Update(ordered);
         core_.Keep(span.reloaded, core_.h2d(), Where(), ordered);

@@ -10,19 +10,27 @@ bool NeverOffloaded(const Tensor& tensor, int64_t min_elements) {
 }
 
 Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
-                        int64_t min_elements, const std::string& where) {
-  OFFLOAD_RETURN_IF_ERROR(ValidateTensor(tensor).WithContext(where));
+                        int64_t min_elements, const WhereFn& where) {
+  if (Status valid = ValidateTensor(tensor); !valid.ok()) {
+    return valid.WithContext(where());
+  }
   if (NeverOffloaded(tensor, min_elements)) return OkStatus();
   if (tensor.storage->backend() != &backend) {
-    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+    return InvalidArgumentError(where() + ": tensor " + tensor.Describe() +
                                 ": its storage belongs to another backend");
   }
   if (tensor.ready != nullptr && !backend.Owns(*tensor.ready)) {
-    return InvalidArgumentError(where + ": tensor " + tensor.Describe() +
+    return InvalidArgumentError(where() + ": tensor " + tensor.Describe() +
                                 ": its ready event belongs to another "
                                 "backend");
   }
   return OkStatus();
+}
+
+Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
+                        int64_t min_elements, const std::string& where) {
+  return CheckOffloadable(tensor, backend, min_elements,
+                          WhereFn([&where] { return where; }));
 }
 
 Status CheckHandle(const SavedTensor& saved, uint64_t owner,

@@ -21,10 +21,16 @@ namespace offload {
 // REQUIRES: tensor.storage is set.
 bool NeverOffloaded(const Tensor& tensor, int64_t min_elements);
 
+// Where a check happens, for its error message; called only on failure
+// (Push's hot path builds no message).
+using WhereFn = std::function<std::string()>;
+
 // OK if `tensor` is well-formed (ValidateTensor) and, unless it is never
 // offloaded, its memory and ready event belong to `backend` (a foreign
 // storage would be read through another backend's address space: silent
-// corruption). Errors: kInvalidArgument prefixed by `where`.
+// corruption). Errors: kInvalidArgument prefixed by `where()`.
+Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
+                        int64_t min_elements, const WhereFn& where);
 Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
                         int64_t min_elements, const std::string& where);
 

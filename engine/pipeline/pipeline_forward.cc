@@ -177,7 +177,7 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::Push(const Tensor& tensor) {
   if (!slots_[slot].offload) return Kept(tensor, slot);  // §4.4
   OFFLOAD_RETURN_IF_ERROR(
       CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
-                       "Push in " + SlotName(slot)));
+                       WhereFn([&] { return "Push in " + SlotName(slot); })));
   return PushOne(tensor, slot);
 }
 
