@@ -8,12 +8,19 @@ def header(seed=0, faults=()):
     f = dict(faults)  # kind -> (skip, count); kinds: pinned device copy stream event record wait
     return bytes([seed] + [v for k in range(7) for v in f.get(k, (0, 0))])
 
-def create(layers, k=1, flags=0, min_idx=3, cov_idx=0, table=None):
-    out = [0, flags | (8 if table else 0), layers - 1, k + 1, min_idx, cov_idx]
+def create(layers, k=1, flags=0, min_idx=3, cov_idx=0, table=None, budget=None):
+    """budget: a byte b asking for activation_budget_bytes = 1 + 4096 b
+    (top flag bits 0xC0, SPEC 4.7)."""
+    flags |= 8 if table else 0
+    if budget is not None:
+        flags = (flags & 0x1F) | 0xC0
+    out = [0, flags, layers - 1, k + 1, min_idx, cov_idx]
     if table:  # {layer: (release_byte, reload_byte)}
         out.append(sum(1 << l for l in table))
         for l in sorted(table):
             out += list(table[l])
+    if budget is not None:
+        out.append(budget)
     return out
 
 FWD, FIN, DESTROY = [2], [4], [1]
@@ -64,6 +71,9 @@ seeds = {
         + manual("release", 0) + FWD + push() + manual("reload", 0) + bwd(1) + pop(0) + bwd(0) + pop(1) + FIN),
     "faults": header(6, {0: (2, 1), 1: (5, 2), 2: (3, 1), 4: (7, 1), 5: (9, 1), 6: (11, 1)})
         + bytes(create(4, 2) + iteration(4, plain) * 2),
+    "byte_budget": header(8) + bytes(create(4, budget=2) + iteration(4, plain) * 3),
+    "byte_budget_views_faults": header(9, {1: (9, 1), 2: (6, 1), 6: (14, 1)})
+        + bytes(create(3, budget=3) + iteration(3, views + comps) * 3),
     "stale_handles": header(7) + bytes(create(2, 1) + iteration(2, plain) + pop(0) + FWD + push()
         + DESTROY + create(2, 0) + FWD + push() + pop(1) + pop(0) + popc(0) + pop(9)
         + bwd(7) + bwd(255) + manual("offload", 0) + create(2, 1, flags=0xE0) + FWD + push() + pop(0) + FIN),
