@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/core/push_checks.h"
+#include "engine/layer_steps.h"
 #include "engine/offload_impl.h"
 
 namespace offload {
@@ -55,17 +56,8 @@ Status Offloader::LayerPolicy::RunStep(int step) {
 StatusOr<int> Offloader::LayerPolicy::ForwardStep() {
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
-  if (backward_count_ > 0) {
-    return FailedPreconditionError(
-        "ForwardStep in " + Iteration() + ": the backward pass began; "
-        "call FinishBackward before the next forward");
-  }
-  if (forward_count_ == n) {
-    return FailedPreconditionError(
-        "ForwardStep in " + Iteration() + ": all " + std::to_string(n) +
-        " layers already ran forward; call BackwardStep and FinishBackward "
-        "first");
-  }
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckForwardStep(Iteration(), n, forward_count_, backward_count_));
   const int layer = forward_count_;
   const std::string where = "ForwardStep to " + LayerName(layer);
   OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
@@ -81,18 +73,8 @@ Status Offloader::LayerPolicy::BackwardStep(int layer) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
       "BackwardStep(" + LayerName(layer) + ") in " + Iteration();
-  if (layer < 0 || layer >= n) {
-    return InvalidArgumentError(where + ": no such layer in a model of " +
-                                std::to_string(n) + " layers");
-  }
-  if (layer >= forward_count_) {
-    return FailedPreconditionError(
-        where + ": its forward has not run (" +
-        std::to_string(forward_count_) + " layers ran forward)");
-  }
-  if (backward_begun_[layer]) {
-    return FailedPreconditionError(where + ": its backward already began");
-  }
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckBackwardStep(where, layer, n, forward_count_, backward_begun_));
   OFFLOAD_RETURN_IF_ERROR(CloseForward().WithContext(where));
   // The previous backward layer is done: drop its memory. Once released it
   // stays so, even if an ordering call failed (its memory is then kept).

@@ -9,6 +9,7 @@
 
 #include "engine/budget/budget_policy.h"
 #include "engine/core/push_checks.h"
+#include "engine/layer_steps.h"
 
 namespace offload {
 namespace {
@@ -47,18 +48,8 @@ Status Offloader::BudgetPolicy::BackwardStep(int layer) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
       "BackwardStep(" + LayerName(layer) + ") in " + Iteration();
-  if (layer < 0 || layer >= n) {
-    return InvalidArgumentError(where + ": no such layer in a model of " +
-                                std::to_string(n) + " layers");
-  }
-  if (layer >= forward_count_) {
-    return FailedPreconditionError(
-        where + ": its forward has not run (" +
-        std::to_string(forward_count_) + " layers ran forward)");
-  }
-  if (backward_begun_[layer]) {
-    return FailedPreconditionError(where + ": its backward already began");
-  }
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckBackwardStep(where, layer, n, forward_count_, backward_begun_));
   open_layer_ = -1;
   RetryReleases();
   OFFLOAD_RETURN_IF_ERROR(CloseUnits().WithContext(where));

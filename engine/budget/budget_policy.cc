@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/push_checks.h"
+#include "engine/layer_steps.h"
 
 namespace offload {
 namespace {
@@ -96,17 +97,8 @@ Status Offloader::BudgetPolicy::Manual(const char* call, int layer) {
 StatusOr<int> Offloader::BudgetPolicy::ForwardStep() {
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
-  if (backward_count_ > 0) {
-    return FailedPreconditionError(
-        "ForwardStep in " + Iteration() + ": the backward pass began; "
-        "call FinishBackward before the next forward");
-  }
-  if (forward_count_ == n) {
-    return FailedPreconditionError(
-        "ForwardStep in " + Iteration() + ": all " + std::to_string(n) +
-        " layers already ran forward; call BackwardStep and FinishBackward "
-        "first");
-  }
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckForwardStep(Iteration(), n, forward_count_, backward_count_));
   RetryReleases();
   const int layer = forward_count_++;
   open_layer_ = layer;

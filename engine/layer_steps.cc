@@ -1,0 +1,42 @@
+#include "engine/layer_steps.h"
+
+#include <string>
+#include <vector>
+
+namespace offload {
+
+Status CheckForwardStep(const std::string& iteration, int layers,
+                        int forward_count, int backward_count) {
+  if (backward_count > 0) {
+    return FailedPreconditionError(
+        "ForwardStep in " + iteration + ": the backward pass began; "
+        "call FinishBackward before the next forward");
+  }
+  if (forward_count == layers) {
+    return FailedPreconditionError(
+        "ForwardStep in " + iteration + ": all " + std::to_string(layers) +
+        " layers already ran forward; call BackwardStep and FinishBackward "
+        "first");
+  }
+  return OkStatus();
+}
+
+Status CheckBackwardStep(const std::string& where, int layer, int layers,
+                         int forward_count,
+                         const std::vector<bool>& backward_begun) {
+  if (layer < 0 || layer >= layers) {
+    return InvalidArgumentError(where + ": no such layer in a model of " +
+                                std::to_string(layers) + " layers");
+  }
+  if (layer >= forward_count) {
+    return FailedPreconditionError(
+        where + ": its forward has not run (" + std::to_string(forward_count) +
+        " layers ran forward)");
+  }
+  if (backward_begun[layer]) {
+    return FailedPreconditionError(where + ": its backward already began");
+  }
+  return OkStatus();
+}
+
+}  // namespace offload

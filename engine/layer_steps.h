@@ -1,0 +1,32 @@
+// The call-order rules of the layer front door's steps (engine/offload.h,
+// SPEC §4.6), shared by its policies: TE's schedules (offload_impl.h) and
+// the byte budget (budget/budget_policy.h). Each check changes nothing.
+
+#ifndef OFFLOAD_ENGINE_LAYER_STEPS_H_
+#define OFFLOAD_ENGINE_LAYER_STEPS_H_
+
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace offload {
+
+// ForwardStep's errors before it does anything: kFailedPrecondition once
+// the backward pass of the iteration began, or when all `layers` forwards
+// ran. `iteration` names it in messages ("iteration 3").
+Status CheckForwardStep(const std::string& iteration, int layers,
+                        int forward_count, int backward_count);
+
+// BackwardStep(layer)'s errors before it does anything, prefixed by
+// `where`: kInvalidArgument for a layer outside [0, layers);
+// kFailedPrecondition if its forward has not run (`forward_count` layers
+// did) or its backward already began.
+// REQUIRES: backward_begun.size() == layers.
+Status CheckBackwardStep(const std::string& where, int layer, int layers,
+                         int forward_count,
+                         const std::vector<bool>& backward_begun);
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_LAYER_STEPS_H_
