@@ -2,8 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "bench/bench_util.h"
 #include "bench/copy_interposer.h"
@@ -35,23 +39,46 @@ namespace {
 // step).
 struct Counts {
   int64_t calls[kCudaCalls] = {};
+  double ns[kCudaCalls] = {};
+  double engine_ns = 0;  // CountedStep: host time in Offloader calls
 };
 Counts g_counts;
 
 Counts Snapshot() {
   Counts c = g_counts;
   c.calls[kMemcpyAsync] = GlobalCopyTimer().calls;
+  c.ns[kMemcpyAsync] = GlobalCopyTimer().host_ns;
   return c;
+}
+
+// "3" or "budget 4.5".
+std::string Label(const CallCountRow& row) {
+  char text[32];
+  if (row.k >= 0) {
+    std::snprintf(text, sizeof(text), "%d", row.k);
+  } else {
+    std::snprintf(text, sizeof(text), "budget %g", row.budget_k);
+  }
+  return text;
+}
+
+// Runs `real` (a runtime call) and counts and times it as `call`.
+template <typename F>
+cudaError_t Timed(CudaCall call, F&& real) {
+  ++g_counts.calls[call];
+  const auto t0 = std::chrono::steady_clock::now();
+  const cudaError_t e = real();
+  g_counts.ns[call] += std::chrono::duration<double, std::nano>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+  return e;
 }
 
 // Calls of one step at k, counted.
 Counts CountedStep(GpuExec& ex, CudaBackend& be, const Flags& flags, int k,
-                   int64_t* offloaded) {
+                   double budget_k, int64_t* offloaded) {
   const Shape& s = flags.shape;
-  OffloadOptions oo;
-  oo.model_layers = s.layers;
-  oo.offloaded_layers = k;
-  oo.retain_pinned_buffers = flags.retain;
+  const OffloadOptions oo = BenchOptions(s, k, budget_k, flags.retain);
   auto off = Must(Offloader::Create(be, oo), "Offloader::Create");
   for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
   Cuda(cudaDeviceSynchronize(), "sync");
@@ -60,7 +87,7 @@ Counts CountedStep(GpuExec& ex, CudaBackend& be, const Flags& flags, int k,
   copies.enabled = false;
   const int64_t offloaded0 = off->stats().tensors_offloaded;
   const Counts before = Snapshot();
-  RunStep(ex, *off, s);
+  const StepCost cost = RunStep(ex, *off, s);
   const Counts after = Snapshot();
   copies.enabled = timing;
   *offloaded = off->stats().tensors_offloaded - offloaded0;
@@ -68,7 +95,9 @@ Counts CountedStep(GpuExec& ex, CudaBackend& be, const Flags& flags, int k,
   Counts step;
   for (int c = 0; c < kCudaCalls; ++c) {
     step.calls[c] = after.calls[c] - before.calls[c];
+    step.ns[c] = after.ns[c] - before.ns[c];
   }
+  step.engine_ns = cost.engine_host_ns;
   return step;
 }
 
@@ -78,15 +107,26 @@ std::vector<CallCountRow> MeasureCallCounts(GpuExec& ex, CudaBackend& be,
                                             const Flags& flags) {
   std::vector<CallCountRow> rows;
   int64_t none = 0;
-  const Counts base = CountedStep(ex, be, flags, 0, &none);
-  for (int k = 1; k <= flags.kmax; ++k) {
+  const Counts base = CountedStep(ex, be, flags, 0, -1, &none);
+  std::vector<std::pair<int, double>> configs;
+  for (int k = 1; k <= flags.kmax; ++k) configs.push_back({k, -1});
+  for (double b : flags.budget_k) configs.push_back({-1, b});
+  for (const auto& [k, budget_k] : configs) {
     CallCountRow row;
     row.k = k;
-    const Counts at = CountedStep(ex, be, flags, k, &row.offloaded);
+    row.budget_k = budget_k;
+    const Counts at = CountedStep(ex, be, flags, std::max(k, 0), budget_k,
+                                  &row.offloaded);
     for (int c = 0; c < kCudaCalls && row.offloaded > 0; ++c) {
-      row.per_tensor[c] =
-          double(at.calls[c] - base.calls[c]) / double(row.offloaded);
+      const double n = double(row.offloaded);
+      row.per_tensor[c] = double(at.calls[c] - base.calls[c]) / n;
       if (c != kGetDevice) row.total += row.per_tensor[c];
+      row.us_per_tensor[c] = (at.ns[c] - base.ns[c]) / n / 1e3;
+      row.us_total += row.us_per_tensor[c];
+    }
+    if (row.offloaded > 0) {
+      row.engine_us_per_tensor =
+          (at.engine_ns - base.engine_ns) / double(row.offloaded) / 1e3;
     }
     rows.push_back(row);
   }
@@ -101,65 +141,83 @@ void PrintCallCounts(const std::vector<CallCountRow>& rows) {
   for (int c = 0; c < kCudaCalls; ++c) std::printf("---|");
   std::printf("---|\n");
   for (const CallCountRow& row : rows) {
-    std::printf("| %d | %lld |", row.k, (long long)row.offloaded);
+    std::printf("| %s | %lld |", Label(row).c_str(), (long long)row.offloaded);
     for (double v : row.per_tensor) std::printf(" %.2f |", v);
     std::printf(" %.2f |\n", row.total);
+  }
+  std::printf("\n## Host us in those calls per offloaded tensor (one step at "
+              "k minus one at k=0), and in all Offloader calls\n\n| k |");
+  for (const char* name : kCudaCallNames) std::printf(" %s |", name);
+  std::printf(" runtime total | Offloader calls |\n|---|");
+  for (int c = 0; c < kCudaCalls; ++c) std::printf("---|");
+  std::printf("---|---|\n");
+  for (const CallCountRow& row : rows) {
+    std::printf("| %s |", Label(row).c_str());
+    for (double v : row.us_per_tensor) std::printf(" %.2f |", v);
+    std::printf(" %.2f | %.2f |\n", row.us_total, row.engine_us_per_tensor);
   }
 }
 
 }  // namespace offload::bench
 
-using offload::bench::g_counts;
-
 extern "C" {
 
 cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t* event,
                                             unsigned int flags) {
-  ++g_counts.calls[offload::bench::kEventCreate];
-  return __real_cudaEventCreateWithFlags(event, flags);
+  return offload::bench::Timed(offload::bench::kEventCreate, [&] {
+    return __real_cudaEventCreateWithFlags(event, flags);
+  });
 }
 
 cudaError_t __wrap_cudaEventDestroy(cudaEvent_t event) {
-  ++g_counts.calls[offload::bench::kEventDestroy];
-  return __real_cudaEventDestroy(event);
+  return offload::bench::Timed(offload::bench::kEventDestroy, [&] {
+    return __real_cudaEventDestroy(event);
+  });
 }
 
 cudaError_t __wrap_cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  ++g_counts.calls[offload::bench::kEventRecord];
-  return __real_cudaEventRecord(event, stream);
+  return offload::bench::Timed(offload::bench::kEventRecord, [&] {
+    return __real_cudaEventRecord(event, stream);
+  });
 }
 
 cudaError_t __wrap_cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                        unsigned int flags) {
-  ++g_counts.calls[offload::bench::kStreamWaitEvent];
-  return __real_cudaStreamWaitEvent(stream, event, flags);
+  return offload::bench::Timed(offload::bench::kStreamWaitEvent, [&] {
+    return __real_cudaStreamWaitEvent(stream, event, flags);
+  });
 }
 
 cudaError_t __wrap_cudaEventQuery(cudaEvent_t event) {
-  ++g_counts.calls[offload::bench::kEventQuery];
-  return __real_cudaEventQuery(event);
+  return offload::bench::Timed(offload::bench::kEventQuery, [&] {
+    return __real_cudaEventQuery(event);
+  });
 }
 
 cudaError_t __wrap_cudaMallocFromPoolAsync(void** ptr, size_t size,
                                            cudaMemPool_t pool,
                                            cudaStream_t stream) {
-  ++g_counts.calls[offload::bench::kMallocFromPool];
-  return __real_cudaMallocFromPoolAsync(ptr, size, pool, stream);
+  return offload::bench::Timed(offload::bench::kMallocFromPool, [&] {
+    return __real_cudaMallocFromPoolAsync(ptr, size, pool, stream);
+  });
 }
 
 cudaError_t __wrap_cudaFreeAsync(void* ptr, cudaStream_t stream) {
-  ++g_counts.calls[offload::bench::kFreeAsync];
-  return __real_cudaFreeAsync(ptr, stream);
+  return offload::bench::Timed(offload::bench::kFreeAsync, [&] {
+    return __real_cudaFreeAsync(ptr, stream);
+  });
 }
 
 cudaError_t __wrap_cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
-  ++g_counts.calls[offload::bench::kHostAlloc];
-  return __real_cudaHostAlloc(ptr, size, flags);
+  return offload::bench::Timed(offload::bench::kHostAlloc, [&] {
+    return __real_cudaHostAlloc(ptr, size, flags);
+  });
 }
 
 cudaError_t __wrap_cudaGetDevice(int* device) {
-  ++g_counts.calls[offload::bench::kGetDevice];
-  return __real_cudaGetDevice(device);
+  return offload::bench::Timed(offload::bench::kGetDevice, [&] {
+    return __real_cudaGetDevice(device);
+  });
 }
 
 }  // extern "C"

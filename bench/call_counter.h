@@ -4,7 +4,8 @@
 // copy_interposer's wrapper, CopyTimer::calls), so every such call of the
 // program (the CudaBackend's included) lands in a counting wrapper first.
 //
-// MeasureCallCounts runs, for k = 0 .. kmax offloaded layers, an Offloader
+// MeasureCallCounts runs, for k = 0 .. kmax offloaded layers and each
+// --budget_k (the byte budget: its first warm-up step records), an Offloader
 // set up as the sweep's (offload_sweep.h), its warm-up steps, then one step
 // with counting on. Per k it reports (calls at k - calls at k = 0) divided
 // by the tensors offloaded in that step: what offloading adds per offloaded
@@ -46,12 +47,19 @@ inline constexpr const char* kCudaCallNames[kCudaCalls] = {
     "EventQuery",  "MemcpyAsync",  "MallocAsync", "FreeAsync",
     "HostAlloc",   "GetDevice"};
 
-// One k: calls per offloaded tensor by kind, beyond k = 0's.
+// One k: calls per offloaded tensor by kind, beyond k = 0's, and the host
+// time in them (the wrappers time each real call).
 struct CallCountRow {
-  int k = 0;
+  int k = 0;              // -1: a byte-budget row
+  double budget_k = -1;   // its --budget_k
   int64_t offloaded = 0;  // tensors offloaded in the counted step
   double per_tensor[kCudaCalls] = {};
   double total = 0;  // all kinds but GetDevice (no driver call)
+  double us_per_tensor[kCudaCalls] = {};
+  double us_total = 0;  // all kinds
+  // Host time in all Offloader calls of the counted step beyond k = 0's,
+  // per offloaded tensor: the runtime calls plus the engine and backend.
+  double engine_us_per_tensor = 0;
 };
 
 std::vector<CallCountRow> MeasureCallCounts(GpuExec& ex, CudaBackend& be,

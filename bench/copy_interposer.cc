@@ -1,5 +1,7 @@
 #include "bench/copy_interposer.h"
 
+#include <chrono>
+
 extern "C" cudaError_t __real_cudaMemPoolCreate(cudaMemPool_t* pool,
                                                 const cudaMemPoolProps* props);
 
@@ -26,7 +28,12 @@ extern "C" cudaError_t __wrap_cudaMemcpyAsync(void* dst, const void* src,
   CopyTimer& t = offload::bench::GlobalCopyTimer();
   ++t.calls;
   if (!t.enabled || stream == t.compute) {
-    return __real_cudaMemcpyAsync(dst, src, count, kind, stream);
+    const auto t0 = std::chrono::steady_clock::now();
+    const cudaError_t e = __real_cudaMemcpyAsync(dst, src, count, kind, stream);
+    t.host_ns += std::chrono::duration<double, std::nano>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+    return e;
   }
   if (t.next + 2 > t.pool.size()) {
     t.overflow = true;

@@ -44,9 +44,11 @@ struct CopyTimer {
   size_t next = 0;                 // next unused event of `pool`
   std::vector<CopyRecord> records;
   bool overflow = false;  // a copy went untimed: `pool` ran out
-  // Every cudaMemcpyAsync through the wrapper, timed or not (for
-  // call_counter.h, which cannot wrap the call a second time).
+  // Every cudaMemcpyAsync through the wrapper, timed or not, and the host
+  // time spent in the untimed ones (for call_counter.h, which cannot wrap
+  // the call a second time).
   int64_t calls = 0;
+  double host_ns = 0;
 };
 
 // The one timer the wrapper uses.
