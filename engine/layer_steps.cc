@@ -39,4 +39,12 @@ Status CheckBackwardStep(const std::string& where, int layer, int layers,
   return OkStatus();
 }
 
+Status CheckFinishBackward(const std::string& iteration, int backward_count) {
+  if (backward_count == 0) {
+    return FailedPreconditionError("FinishBackward in " + iteration +
+                                   ": no backward step was taken");
+  }
+  return OkStatus();
+}
+
 }  // namespace offload

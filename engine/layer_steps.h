@@ -27,6 +27,10 @@ Status CheckBackwardStep(const std::string& where, int layer, int layers,
                          int forward_count,
                          const std::vector<bool>& backward_begun);
 
+// FinishBackward's error before it does anything: kFailedPrecondition if no
+// backward step was taken in the iteration.
+Status CheckFinishBackward(const std::string& iteration, int backward_count);
+
 }  // namespace offload
 
 #endif  // OFFLOAD_ENGINE_LAYER_STEPS_H_

@@ -99,22 +99,12 @@ Status Offloader::LayerPolicy::FinishBackward() {
     forward_count_ = 0;
     return OkStatus();
   }
-  if (backward_count_ == 0) {
-    return FailedPreconditionError("FinishBackward in " + Iteration() +
-                                   ": no backward step was taken");
-  }
+  OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
-  Status first = OkStatus();
   open_layer_ = -1;
-  for (auto& group : groups_) {
-    if (group == nullptr) continue;
-    if (group->state() != GroupState::kReleased) {
-      first.Update(group->ReleaseAll(options_.retain_pinned_buffers));
-    }
-    group->BeginIteration();
-  }
-  first.Update(core_.RetryKept());
+  Status first =
+      EndIteration(core_, groups_, options_.retain_pinned_buffers);
   iteration_++;
   forward_count_ = 0;
   backward_count_ = 0;

@@ -275,22 +275,12 @@ Status Offloader::BudgetPolicy::FinishBackward() {
     forward_count_ = 0;
     return OkStatus();
   }
-  if (backward_count_ == 0) {
-    return FailedPreconditionError("FinishBackward in " + Iteration() +
-                                   ": no backward step was taken");
-  }
+  OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
   NoteBackwardDrops(backward_calls_);
-  Status first = OkStatus();
-  for (auto& group : groups_) {
-    if (group == nullptr) continue;
-    if (group->state() != GroupState::kReleased) {
-      first.Update(group->ReleaseAll(options_.retain_pinned_buffers));
-    }
-    group->BeginIteration();
-  }
-  first.Update(core_.RetryKept());
+  Status first =
+      EndIteration(core_, groups_, options_.retain_pinned_buffers);
   // A recorded iteration gives the plan of the next; after one whose
   // workload differed from the recording, the next is recorded again.
   if (!plan_.has_value()) {

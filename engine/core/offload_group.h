@@ -242,6 +242,15 @@ class OffloadGroup {
   Stream* host_last_user_ = nullptr;  // the stream that last used host_
 };
 
+// Ends an iteration for a front door's `groups` (null entries skipped):
+// each group not yet released is released (ReleaseAll) and every group is
+// readied for the next iteration; then the core's kept memory is retried.
+// The iteration ends whatever fails; memory whose free could not be ordered
+// stays kept (warned). Errors: the first failure.
+Status EndIteration(OffloadCore& core,
+                    std::vector<std::unique_ptr<OffloadGroup>>& groups,
+                    bool retain_pinned);
+
 }  // namespace offload
 
 #endif  // OFFLOAD_ENGINE_CORE_OFFLOAD_GROUP_H_

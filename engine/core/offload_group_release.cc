@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "engine/core/offload_group.h"
 
@@ -292,6 +294,21 @@ int64_t OffloadGroup::caller_held_bytes() const {
     if (span.device != nullptr) total += span.bytes;
   }
   return total;
+}
+
+Status EndIteration(OffloadCore& core,
+                    std::vector<std::unique_ptr<OffloadGroup>>& groups,
+                    bool retain_pinned) {
+  Status first = OkStatus();
+  for (auto& group : groups) {
+    if (group == nullptr) continue;
+    if (group->state() != GroupState::kReleased) {
+      first.Update(group->ReleaseAll(retain_pinned));
+    }
+    group->BeginIteration();
+  }
+  first.Update(core.RetryKept());
+  return first;
 }
 
 }  // namespace offload
