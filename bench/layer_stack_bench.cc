@@ -1,5 +1,7 @@
 // GPU benchmark of the offload engine on a transformer-block-like layer stack
-// with real bf16 GEMMs (cuBLAS), measured against the schedule's lower bound
+// with real bf16 GEMMs (cuBLAS), measured against the engine's own schedule
+// on the simulator (the "bound" column; the limit for a memory budget is
+// computed from this output by //bench:limit_tool, docs/limit.md)
 // (the same schedule on the SimBackend with the measured kernel durations and
 // the measured pinned copy bandwidth). See docs/benchmarks.md.
 //
@@ -15,7 +17,7 @@
 //   layer_stack.h       the layers, their GEMMs and one training step
 //   gpu_exec.h          that step on the GPU (cuBLAS)
 //   pinned_bandwidth.h  the raw pinned copy peak
-//   sim_bound.h         the lower bound (the step on the simulator)
+//   sim_bound.h         the engine's schedule on the simulator ("bound")
 //   offload_sweep.h     the timing loop over k offloaded layers
 //   copy_interposer.h   timing of the engine's copies (-Wl,--wrap)
 //   call_counter.h      CUDA runtime calls per offloaded tensor (-Wl,--wrap)

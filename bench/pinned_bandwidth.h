@@ -1,5 +1,5 @@
 // Pinned copy bandwidth with raw cudaMemcpyAsync (GB/s = 1e9 B/s): the peak
-// the lower bound assumes for the engine's copies.
+// the simulated schedule and the limit assume for the engine's copies.
 
 #ifndef OFFLOAD_BENCH_PINNED_BANDWIDTH_H_
 #define OFFLOAD_BENCH_PINNED_BANDWIDTH_H_

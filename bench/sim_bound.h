@@ -1,7 +1,9 @@
-// The lower bound a measured step is compared with: the same schedule (the
+// The "bound" column of layer_stack_bench: the engine's own schedule (the
 // same Offloader calls, the same GEMM order) on the SimBackend, with each
 // GEMM taking its measured duration and copies running at the measured
-// pinned peak with no latency.
+// pinned peak with no latency. It is what this schedule allows, not a lower
+// bound on other schedules (TE ran below it); the limit for a memory budget
+// is limit.h (docs/limit.md).
 
 #ifndef OFFLOAD_BENCH_SIM_BOUND_H_
 #define OFFLOAD_BENCH_SIM_BOUND_H_
