@@ -1,9 +1,8 @@
 // GPU benchmark of the offload engine on a transformer-block-like layer stack
-// with real bf16 GEMMs (cuBLAS), measured against the engine's own schedule
-// on the simulator (the "bound" column; the limit for a memory budget is
-// computed from this output by //bench:limit_tool, docs/limit.md)
-// (the same schedule on the SimBackend with the measured kernel durations and
-// the measured pinned copy bandwidth). See docs/benchmarks.md.
+// with real bf16 GEMMs (cuBLAS), next to the engine's own schedule on the
+// SimBackend with the measured kernel durations and pinned copy bandwidth
+// (the "bound" column). The limit for a memory budget is computed from this
+// output by //bench:limit_tool (docs/limit.md). See docs/benchmarks.md.
 //
 //   layer_stack_bench --hidden=4096 --tokens=8192 [--layers=8] [--steps=5]
 //                     [--warmup=2] [--kmax=6] [--retain]
