@@ -144,4 +144,42 @@ Status Backend::Free(Buffer& buffer, Stream& stream) {
   return OkStatus();
 }
 
+std::string_view CaptureModeName(CaptureMode mode) {
+  switch (mode) {
+    case CaptureMode::kGlobal:
+      return "global";
+    case CaptureMode::kThreadLocal:
+      return "thread_local";
+    case CaptureMode::kRelaxed:
+      return "relaxed";
+  }
+  return "unknown";
+}
+
+namespace {
+
+Status NoGraphs(std::string_view call) {
+  return UnimplementedError(std::string(call) +
+                            ": this backend does not support graph capture");
+}
+
+}  // namespace
+
+Status Backend::BeginCapture(Stream& /*stream*/, CaptureMode /*mode*/) {
+  return NoGraphs("BeginCapture");
+}
+
+StatusOr<std::unique_ptr<Graph>> Backend::EndCapture(Stream& /*stream*/) {
+  return NoGraphs("EndCapture");
+}
+
+StatusOr<std::unique_ptr<GraphExec>> Backend::Instantiate(
+    const Graph& /*graph*/) {
+  return NoGraphs("Instantiate");
+}
+
+Status Backend::Launch(GraphExec& /*exec*/, Stream& /*stream*/) {
+  return NoGraphs("Launch");
+}
+
 }  // namespace offload

@@ -170,6 +170,33 @@ Status ValidateGather(std::string_view stream, const void* dst,
                       const std::vector<int64_t>& shape,
                       const std::vector<int64_t>& strides);
 
+// How a capture treats capture-unsafe calls (cudaStreamCaptureMode): kGlobal
+// refuses them from any thread while a global capture runs, kThreadLocal only
+// from the capturing thread, kRelaxed never (the caller vouches for them).
+// Backends of one host thread (the simulator) treat all three alike.
+enum class CaptureMode { kGlobal, kThreadLocal, kRelaxed };
+
+// "global", "thread_local" or "relaxed".
+std::string_view CaptureModeName(CaptureMode mode);
+
+// Stream work recorded by Backend::BeginCapture ... EndCapture and not run: a
+// cudaGraph_t. Owned by the caller; destroying it does not affect GraphExecs
+// instantiated from it.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  // Operations recorded (copies, gathers, kernels, records, waits, memory
+  // allocations and frees), for messages and tests.
+  virtual int64_t size() const = 0;
+};
+
+// A Graph made ready to launch (a cudaGraphExec_t). Owned by the caller; it may
+// be destroyed while a launch of it still runs (the launch completes).
+class GraphExec {
+ public:
+  virtual ~GraphExec() = default;
+};
+
 // Streams, events and memory of one device.
 class Backend {
  public:
@@ -212,6 +239,62 @@ class Backend {
   // Errors: kInvalidArgument if `buffer` is empty or owned by another backend,
   //   or `stream` is foreign.
   Status Free(Buffer& buffer, Stream& stream);
+
+  // --- Graph capture: an optional capability (CUDA stream capture). ---
+  //
+  // While a capture runs, work enqueued on a capturing stream is recorded
+  // into a graph instead of run, with the same ordering: a stream joins the
+  // capture when it Waits on an event recorded on a capturing stream (that is
+  // how copy streams enter a capture of the compute stream), and must
+  // be joined back (the origin stream Waits on an event recorded after its
+  // last captured work) before EndCapture. Device memory allocated on a
+  // capturing stream belongs to the graph (CUDA memory nodes): its address is
+  // valid for the work of the graph, and each launch allocates and frees it
+  // where the capture did. Calls that CUDA refuses during a capture are
+  // errors (kFailedPrecondition) that change nothing and leave the capture
+  // intact: Synchronize of a capturing stream; Query or Synchronize of an
+  // event recorded in the capture; AllocatePinned and pinned frees; a Wait on
+  // a capturing stream for an event recorded outside the capture (only
+  // in-stream order may cross the capture's boundary); a Wait for, or a
+  // Query or Synchronize of, an event whose last record was captured by a
+  // capture that has ended (it never ran).
+
+  // Whether this backend implements the calls below. Without it they return
+  // kUnimplemented and IsCapturing is false.
+  virtual bool SupportsGraphs() const { return false; }
+
+  // Whether `stream` is part of a capture now (its origin or joined).
+  virtual bool IsCapturing(const Stream& /*stream*/) const { return false; }
+
+  // Starts capturing on `stream`, its origin.
+  // Errors: kUnimplemented; kInvalidArgument if `stream` is foreign;
+  //   kFailedPrecondition if `stream` is capturing already.
+  virtual Status BeginCapture(Stream& stream, CaptureMode mode);
+
+  // Ends the capture whose origin is `stream` and returns what it recorded.
+  // The capture ends even on failure (as in CUDA, where a failed end
+  // invalidates the capture): then nothing it recorded runs.
+  // Errors: kUnimplemented; kInvalidArgument if `stream` is foreign;
+  //   kFailedPrecondition if `stream` is not the origin of a capture, or a
+  //   joined stream has captured work the origin does not wait for
+  //   ("unjoined").
+  virtual StatusOr<std::unique_ptr<Graph>> EndCapture(Stream& stream);
+
+  // Makes `graph` (from this backend's EndCapture) ready to launch.
+  // Errors: kUnimplemented; kInvalidArgument for a foreign graph;
+  //   kFailedPrecondition if the graph cannot run as recorded (e.g. device
+  //   memory allocated in it and never freed in it, on backends that
+  //   require it); kInternal on a device failure.
+  virtual StatusOr<std::unique_ptr<GraphExec>> Instantiate(const Graph& graph);
+
+  // Enqueues one run of `exec` on `stream`: every operation of the graph
+  // runs after the work enqueued on `stream` so far, in the graph's order,
+  // and work enqueued on `stream` later runs after all of it. Launches of
+  // one exec must not overlap: launch it on one stream (or order launches).
+  // Errors: kUnimplemented; kInvalidArgument for a foreign exec or stream;
+  //   kFailedPrecondition if `stream` is capturing; kInternal on a device
+  //   failure.
+  virtual Status Launch(GraphExec& exec, Stream& stream);
 
   // Whether `stream` (or `event`) was created by this backend: callers check
   // what users hand them before using it (a foreign event is an error at

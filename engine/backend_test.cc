@@ -381,5 +381,26 @@ TEST(StreamGatherTest, BadArgumentsAreRejectedBeforeAnyCopy) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("null")));
 }
 
+// A backend that does not override the capture calls says so, by name.
+TEST(GraphCaptureTest, BackendWithoutGraphsSaysUnimplemented) {
+  NiceMock<MockBackend> backend;
+  NiceMock<MockStream> stream{"compute"};
+  struct NoExec : GraphExec {} exec;
+  EXPECT_FALSE(backend.SupportsGraphs());
+  EXPECT_FALSE(backend.IsCapturing(stream));
+  EXPECT_THAT(backend.BeginCapture(stream, CaptureMode::kGlobal),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("BeginCapture")));
+  EXPECT_THAT(backend.EndCapture(stream).status(),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("EndCapture")));
+  EXPECT_THAT(backend.Launch(exec, stream),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("Launch")));
+}
+
+TEST(GraphCaptureTest, CaptureModeNames) {
+  EXPECT_EQ(CaptureModeName(CaptureMode::kGlobal), "global");
+  EXPECT_EQ(CaptureModeName(CaptureMode::kThreadLocal), "thread_local");
+  EXPECT_EQ(CaptureModeName(CaptureMode::kRelaxed), "relaxed");
+}
+
 }  // namespace
 }  // namespace offload

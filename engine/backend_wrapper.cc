@@ -191,4 +191,40 @@ Status BackendWrapper::EventSynchronize(Event& event) {
   return TargetEvent(event)->Synchronize();
 }
 
+bool BackendWrapper::IsCapturing(const Stream& stream) const {
+  Stream* target = TargetStream(stream);
+  return target != nullptr && target_.IsCapturing(*target);
+}
+
+Status BackendWrapper::BeginCapture(Stream& stream, CaptureMode mode) {
+  Stream* target = TargetStream(stream);
+  if (target == nullptr) {
+    return InvalidArgumentError(
+        "BeginCapture: the stream belongs to another backend");
+  }
+  return target_.BeginCapture(*target, mode);
+}
+
+StatusOr<std::unique_ptr<Graph>> BackendWrapper::EndCapture(Stream& stream) {
+  Stream* target = TargetStream(stream);
+  if (target == nullptr) {
+    return InvalidArgumentError(
+        "EndCapture: the stream belongs to another backend");
+  }
+  return target_.EndCapture(*target);
+}
+
+StatusOr<std::unique_ptr<GraphExec>> BackendWrapper::Instantiate(
+    const Graph& graph) {
+  return target_.Instantiate(graph);
+}
+
+Status BackendWrapper::Launch(GraphExec& exec, Stream& stream) {
+  Stream* target = TargetStream(stream);
+  if (target == nullptr) {
+    return InvalidArgumentError("Launch: the stream belongs to another backend");
+  }
+  return target_.Launch(exec, *target);
+}
+
 }  // namespace offload

@@ -67,6 +67,17 @@ class BackendWrapper : public Backend {
   // address. Errors: what the target returns.
   StatusOr<Buffer> AllocatePinned(int64_t bytes) override;
 
+  // Graph capture forwards to the target with the target's stream behind
+  // each of this wrapper's; graphs and execs are the target's own objects,
+  // passed through. Errors: kInvalidArgument if a stream is not this
+  // wrapper's; what the target returns.
+  bool SupportsGraphs() const override { return target_.SupportsGraphs(); }
+  bool IsCapturing(const Stream& stream) const override;
+  Status BeginCapture(Stream& stream, CaptureMode mode) override;
+  StatusOr<std::unique_ptr<Graph>> EndCapture(Stream& stream) override;
+  StatusOr<std::unique_ptr<GraphExec>> Instantiate(const Graph& graph) override;
+  Status Launch(GraphExec& exec, Stream& stream) override;
+
  protected:
   // The target's stream behind `stream`; nullptr if `stream` is not one of
   // this wrapper's.

@@ -23,6 +23,7 @@ enum class StatusCode {
   kResourceExhausted,   // out of device or pinned memory
   kInternal,            // a broken invariant or a backend failure
   kUnavailable,         // the backend cannot serve the call (no device)
+  kUnimplemented,       // the backend lacks an optional capability
 };
 
 // "OK", "INVALID_ARGUMENT", ...
@@ -67,6 +68,7 @@ Status FailedPreconditionError(std::string message);
 Status ResourceExhaustedError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
+Status UnimplementedError(std::string message);
 
 namespace status_internal {
 // Writes "StatusOr holds no value: <status.ToString()>" to stderr and aborts.

@@ -33,6 +33,7 @@ TEST(StatusTest, CodeNames) {
             "RESOURCE_EXHAUSTED");
   EXPECT_EQ(StatusCodeName(StatusCode::kInternal), "INTERNAL");
   EXPECT_EQ(StatusCodeName(StatusCode::kUnavailable), "UNAVAILABLE");
+  EXPECT_EQ(StatusCodeName(StatusCode::kUnimplemented), "UNIMPLEMENTED");
 }
 
 struct ErrorCase {
@@ -52,6 +53,8 @@ TEST(StatusTest, ErrorHelpersSetCodeMessageAndToString) {
       {InternalError, StatusCode::kInternal, "INTERNAL: tensor t1 of layer 2"},
       {UnavailableError, StatusCode::kUnavailable,
        "UNAVAILABLE: tensor t1 of layer 2"},
+      {UnimplementedError, StatusCode::kUnimplemented,
+       "UNIMPLEMENTED: tensor t1 of layer 2"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.to_string);
