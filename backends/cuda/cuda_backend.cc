@@ -10,6 +10,13 @@ namespace offload {
 namespace {
 
 constexpr int64_t kPinnedAlignment = 256;
+
+// Why AllocatePinned and pinned frees are refused during a capture.
+constexpr std::string_view kNoPinnedInCapture =
+    "the pinned pool's cudaHostAlloc, cudaFreeHost and cudaEventQuery are "
+    "capture-unsafe, and a piece freed now could be handed out again while "
+    "the graph uses it (allocate pinned buffers before the capture and keep "
+    "them)";
 constexpr int64_t kDedicatedSlabGranularity = int64_t{2} << 20;
 
 int64_t RoundUp(int64_t bytes, int64_t multiple) {
@@ -85,23 +92,32 @@ class CudaBackend::CudaEvent final : public Event {
       : owner_(owner), event_(event) {}
   // Returns the CUDA event to the backend's pool (NewEvent reuses it once
   // complete; waits already enqueued on it stay in force).
-  ~CudaEvent() override { owner_->RetireEvent(event_); }
-
-  StatusOr<bool> Query() override {
-    const cudaError_t error = cudaEventQuery(event_);
-    if (error == cudaSuccess) return true;
-    if (error == cudaErrorNotReady) return false;
-    return CudaErrorStatus(error, "cudaEventQuery", "Event::Query");
+  ~CudaEvent() override {
+    owner_->RetireEvent(event_, capture_.load(std::memory_order_acquire));
   }
 
-  Status Synchronize() override {
-    OFFLOAD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_),
-                                 "cudaEventSynchronize", "Event::Synchronize");
-    return OkStatus();
+  // A never-recorded event is complete: no CUDA call (none is allowed on it
+  // during a capture, and none is needed).
+  StatusOr<bool> Query() override;
+  Status Synchronize() override;
+
+  // Stream::Record's bookkeeping after cudaEventRecord succeeded.
+  void Recorded(const CudaStream* stream, uint64_t capture) {
+    last_stream_.store(stream, std::memory_order_release);
+    capture_.store(capture, std::memory_order_release);
+    recorded_.store(true, std::memory_order_release);
   }
+  // The check of Query and Synchronize before their CUDA call.
+  Status CheckHostWait(std::string_view what,
+                       std::string_view cuda_call) const;
 
   CudaBackend* const owner_;
   const cudaEvent_t event_;
+  // Set by Record: whether this Event was recorded, the stream of its last
+  // record, and the capture that record was captured by (0: none).
+  std::atomic<bool> recorded_{false};
+  std::atomic<const CudaStream*> last_stream_{nullptr};
+  std::atomic<uint64_t> capture_{0};
 };
 
 class CudaBackend::CudaStream final : public Stream {
@@ -139,8 +155,8 @@ class CudaBackend::CudaStream final : public Stream {
                                   " bytes");
     }
     if (owner_->options_.check_copy_ranges) {
-      OFFLOAD_RETURN_IF_ERROR_WITH(owner_->CheckCopyRanges(dst, src, bytes),
-                                   Where(bytes));
+      OFFLOAD_RETURN_IF_ERROR_WITH(
+          owner_->CheckCopyRanges(this, dst, src, bytes), Where(bytes));
     }
     OFFLOAD_RETURN_IF_ERROR_WITH(owner_->UseDevice(), Where(bytes));
     OFFLOAD_CUDA_RETURN_IF_ERROR(
@@ -150,32 +166,52 @@ class CudaBackend::CudaStream final : public Stream {
     return OkStatus();
   }
 
+  // Legal during a capture: on a capturing stream the record is captured
+  // (the event then stands for a point in the capture).
   Status Record(Event& event) override {
     auto* cuda_event = dynamic_cast<CudaEvent*>(&event);
     if (cuda_event == nullptr || cuda_event->owner_ != owner_) {
       return InvalidArgumentError("Record on stream " + Quote(name_) +
                                   ": the event belongs to another backend");
     }
+    const uint64_t capture = owner_->CaptureOf(this);
     OFFLOAD_CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_event->event_, stream_),
                                  "cudaEventRecord",
                                  "Record on stream " + Quote(name_));
+    cuda_event->Recorded(this, capture);
     return OkStatus();
   }
 
+  // A stream outside any capture that waits on an event recorded in a
+  // running capture joins that capture (as in CUDA).
   Status Wait(const Event& event) override {
     const auto* cuda_event = dynamic_cast<const CudaEvent*>(&event);
     if (cuda_event == nullptr || cuda_event->owner_ != owner_) {
       return InvalidArgumentError("Wait on stream " + Quote(name_) +
                                   ": the event belongs to another backend");
     }
-    // A never-recorded event is complete: CUDA makes this wait a no-op.
+    // A never-recorded event is complete: nothing to wait for (and in a
+    // capture CUDA would refuse the wait, as for any event from outside).
+    if (!cuda_event->recorded_.load(std::memory_order_acquire)) {
+      return OkStatus();
+    }
+    const uint64_t event_capture =
+        cuda_event->capture_.load(std::memory_order_acquire);
+    if (event_capture != 0 ||
+        owner_->running_captures_.load(std::memory_order_acquire) != 0) {
+      OFFLOAD_RETURN_IF_ERROR(owner_->CheckWait(this, name_, event_capture));
+    }
     OFFLOAD_CUDA_RETURN_IF_ERROR(
         cudaStreamWaitEvent(stream_, cuda_event->event_, 0),
         "cudaStreamWaitEvent", "Wait on stream " + Quote(name_));
+    if (event_capture != 0) owner_->JoinCapture(this, event_capture);
     return OkStatus();
   }
 
   Status Synchronize() override {
+    if (owner_->running_captures_.load(std::memory_order_acquire) != 0) {
+      OFFLOAD_RETURN_IF_ERROR(owner_->CheckStreamSync(this, name_));
+    }
     OFFLOAD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
                                  "cudaStreamSynchronize",
                                  "Synchronize stream " + Quote(name_));
@@ -193,6 +229,37 @@ class CudaBackend::CudaStream final : public Stream {
   const std::string name_;
   const bool owned_;
 };
+
+Status CudaBackend::CudaEvent::CheckHostWait(
+    std::string_view what, std::string_view cuda_call) const {
+  const uint64_t capture = capture_.load(std::memory_order_acquire);
+  if (capture == 0 &&
+      owner_->running_captures_.load(std::memory_order_acquire) == 0) {
+    return OkStatus();
+  }
+  const CudaStream* stream = last_stream_.load(std::memory_order_acquire);
+  return owner_->CheckEventSync(
+      capture, stream == nullptr ? std::string_view() : stream->name_, what,
+      cuda_call);
+}
+
+StatusOr<bool> CudaBackend::CudaEvent::Query() {
+  if (!recorded_.load(std::memory_order_acquire)) return true;
+  OFFLOAD_RETURN_IF_ERROR(CheckHostWait("Event::Query", "cudaEventQuery"));
+  const cudaError_t error = cudaEventQuery(event_);
+  if (error == cudaSuccess) return true;
+  if (error == cudaErrorNotReady) return false;
+  return CudaErrorStatus(error, "cudaEventQuery", "Event::Query");
+}
+
+Status CudaBackend::CudaEvent::Synchronize() {
+  if (!recorded_.load(std::memory_order_acquire)) return OkStatus();
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckHostWait("Event::Synchronize", "cudaEventSynchronize"));
+  OFFLOAD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_),
+                               "cudaEventSynchronize", "Event::Synchronize");
+  return OkStatus();
+}
 
 // ---------------------------------------------------------------------------
 // Creation and destruction.
@@ -282,6 +349,8 @@ StatusOr<std::unique_ptr<CudaBackend>> NewCudaBackend(
 
 CudaBackend::~CudaBackend() {
   if (cudaSetDevice(options_.device) != cudaSuccess) (void)cudaGetLastError();
+  // A capturing stream cannot be synchronized: end what still runs first.
+  EndAllCapturesForDestruction();
   for (auto& stream : streams_) (void)cudaStreamSynchronize(stream->stream_);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +361,10 @@ CudaBackend::~CudaBackend() {
     // once that work completed.
     for (cudaEvent_t event : retired_events_) (void)cudaEventDestroy(event);
     retired_events_.clear();
+    for (const auto& [event, capture] : captured_events_) {
+      (void)cudaEventDestroy(event);
+    }
+    captured_events_.clear();
     for (void* slab : slabs_) (void)cudaFreeHost(slab);
     slabs_.clear();
   }
@@ -328,10 +401,15 @@ StatusOr<Stream*> CudaBackend::NewStream(std::string_view name) {
   return streams_.back().get();
 }
 
+// During a capture that restricts this thread, only spare events (known
+// complete) are reused: cudaEventQuery is capture-unsafe. cudaEventCreate is
+// not.
 StatusOr<std::unique_ptr<Event>> CudaBackend::NewEvent() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (cudaEvent_t event = TakeCompleteEventLocked(); event != nullptr) {
+    const bool may_query = RestrictingCaptureLocked() == nullptr;
+    if (cudaEvent_t event = TakeCompleteEventLocked(may_query);
+        event != nullptr) {
       ++counters_.events_reused;
       return std::unique_ptr<Event>(new CudaEvent(this, event));
     }
@@ -387,13 +465,20 @@ bool CudaBackend::InsideAllocationLocked(uintptr_t address,
   return arena_.Contains(address, bytes);
 }
 
-Status CudaBackend::CheckCopyRanges(const void* dst, const void* src,
-                                    int64_t bytes) const {
+Status CudaBackend::CheckCopyRanges(const CudaStream* stream, const void* dst,
+                                    const void* src, int64_t bytes) const {
   bool dst_ok, src_ok;
   {
     std::lock_guard<std::mutex> lock(mu_);
     dst_ok = InsideAllocationLocked(reinterpret_cast<uintptr_t>(dst), bytes);
     src_ok = InsideAllocationLocked(reinterpret_cast<uintptr_t>(src), bytes);
+    if (dst_ok && src_ok && !captures_.empty()) {
+      OFFLOAD_RETURN_IF_ERROR(CheckGraphMemoryLocked(
+          stream, stream->name_, reinterpret_cast<uintptr_t>(dst),
+          "destination"));
+      OFFLOAD_RETURN_IF_ERROR(CheckGraphMemoryLocked(
+          stream, stream->name_, reinterpret_cast<uintptr_t>(src), "source"));
+    }
   }
   if (dst_ok && src_ok) return OkStatus();
   const void* pointer = dst_ok ? src : dst;
@@ -425,6 +510,9 @@ StatusOr<Buffer> CudaBackend::AllocateDevice(int64_t bytes, Stream& stream) {
         std::to_string(device_total_bytes_) + " bytes (" + device_name_ + ")");
   }
   OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), context());
+  // On a capturing stream this makes an allocation node: graph memory
+  // (cuda_backend.h).
+  const uint64_t capture = CaptureOf(own);
   void* data = nullptr;
   const cudaError_t error = cudaMallocFromPoolAsync(
       &data, static_cast<size_t>(bytes), pool_, own->stream_);
@@ -452,6 +540,10 @@ StatusOr<Buffer> CudaBackend::AllocateDevice(int64_t bytes, Stream& stream) {
     device_live_[reinterpret_cast<uintptr_t>(data)] = bytes;
     ++counters_.device_allocations;
     counters_.device_bytes_in_use += bytes;
+    if (capture != 0) {
+      NoteGraphAllocationLocked(capture, reinterpret_cast<uintptr_t>(data),
+                                bytes);
+    }
   }
   return MakeBuffer(data, bytes, MemorySpace::kDevice, &stream);
 }
@@ -477,6 +569,7 @@ StatusOr<Buffer> CudaBackend::AllocatePinned(int64_t bytes) {
         context() + ": more than the host's physical memory of " +
         std::to_string(host_total_bytes_) + " bytes");
   }
+  OFFLOAD_RETURN_IF_ERROR(CheckUnrestricted(context(), kNoPinnedInCapture));
   uintptr_t address = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -594,6 +687,16 @@ StatusOr<cudaEvent_t> CudaBackend::TakeEventLocked() {
     retired_events_.pop_front();
     return event;
   }
+  // Last recorded in a capture that has ended: a new record outside any
+  // capture makes it an ordinary event again.
+  for (auto it = captured_events_.begin(); it != captured_events_.end();
+       ++it) {
+    if (!CaptureRunningLocked(it->second)) {
+      cudaEvent_t event = it->first;
+      captured_events_.erase(it);
+      return event;
+    }
+  }
   cudaEvent_t event = nullptr;
   OFFLOAD_CUDA_RETURN_IF_ERROR(
       cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
@@ -602,13 +705,13 @@ StatusOr<cudaEvent_t> CudaBackend::TakeEventLocked() {
   return event;
 }
 
-cudaEvent_t CudaBackend::TakeCompleteEventLocked() {
+cudaEvent_t CudaBackend::TakeCompleteEventLocked(bool may_query) {
   if (!spare_events_.empty()) {
     cudaEvent_t event = spare_events_.back();
     spare_events_.pop_back();
     return event;
   }
-  if (retired_events_.empty()) return nullptr;
+  if (!may_query || retired_events_.empty()) return nullptr;
   // Oldest first: the one most likely complete. One query at most.
   const cudaError_t error = cudaEventQuery(retired_events_.front());
   if (error != cudaSuccess) {
@@ -620,9 +723,15 @@ cudaEvent_t CudaBackend::TakeCompleteEventLocked() {
   return event;
 }
 
-void CudaBackend::RetireEvent(cudaEvent_t event) {
+void CudaBackend::RetireEvent(cudaEvent_t event, uint64_t capture) {
   std::lock_guard<std::mutex> lock(mu_);
-  retired_events_.push_back(event);
+  // cudaEventQuery of an event last recorded in a capture fails
+  // (cudaErrorCapturedEvent): such events are kept apart.
+  if (capture != 0) {
+    captured_events_.emplace_back(event, capture);
+  } else {
+    retired_events_.push_back(event);
+  }
 }
 
 Status CudaBackend::ReleaseFreeSlabsLocked() {
@@ -653,16 +762,43 @@ Status CudaBackend::Release(void* data, int64_t size, MemorySpace space,
       return "freeing " + std::to_string(size) +
              " bytes of device memory on stream " + Quote(own->name_);
     };
+    const auto address = reinterpret_cast<uintptr_t>(data);
+    // On a capturing stream cudaFreeAsync makes a free node, legal only for
+    // graph memory of that capture.
+    uint64_t capture = 0;
+    if (running_captures_.load(std::memory_order_acquire) != 0 ||
+        orphan_count_.load(std::memory_order_acquire) != 0) {
+      bool skip = false;
+      OFFLOAD_RETURN_IF_ERROR_WITH(
+          CheckDeviceFree(own, own->name_, address, &skip, &capture),
+          context());
+      if (skip) return OkStatus();
+    }
     OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), context());
     OFFLOAD_CUDA_RETURN_IF_ERROR(cudaFreeAsync(data, own->stream_),
                                  "cudaFreeAsync", context());
     std::lock_guard<std::mutex> lock(mu_);
-    device_live_.erase(reinterpret_cast<uintptr_t>(data));
+    device_live_.erase(address);
     counters_.device_bytes_in_use -= size;
+    if (capture != 0) ForgetGraphAllocationLocked(capture, address);
     return OkStatus();
   }
 
   const auto address = reinterpret_cast<uintptr_t>(data);
+  auto pinned_context = [&] {
+    return "freeing " + std::to_string(size) + " bytes of pinned memory" +
+           (own == nullptr ? std::string(" at once")
+                           : " on stream " + Quote(own->name_));
+  };
+  if (own != nullptr && CaptureOf(own) != 0) {
+    return FailedPreconditionError(
+        pinned_context() +
+        ": the stream is capturing, and the pinned pool would record the "
+        "event that returns the piece into the capture (free it on a stream "
+        "that is not capturing, ordered after the graph's work)");
+  }
+  OFFLOAD_RETURN_IF_ERROR(
+      CheckUnrestricted(pinned_context(), kNoPinnedInCapture));
   std::lock_guard<std::mutex> lock(mu_);
   if (own == nullptr) {
     if (!arena_.Free(address)) {
@@ -672,17 +808,13 @@ Status CudaBackend::Release(void* data, int64_t size, MemorySpace space,
     }
     return OkStatus();
   }
-  auto context = [&] {
-    return "freeing " + std::to_string(size) +
-           " bytes of pinned memory on stream " + Quote(own->name_);
-  };
-  OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), context());
+  OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), pinned_context());
   StatusOr<cudaEvent_t> event = TakeEventLocked();
-  if (!event.ok()) return event.status().WithContext(context());
+  if (!event.ok()) return event.status().WithContext(pinned_context());
   const cudaError_t error = cudaEventRecord(*event, own->stream_);
   if (error != cudaSuccess) {
     retired_events_.push_back(*event);  // maybe pending: not spare
-    return CudaErrorStatus(error, "cudaEventRecord", context());
+    return CudaErrorStatus(error, "cudaEventRecord", pinned_context());
   }
   pending_[own->stream_].push_back(PendingFree{*event, address});
   ++counters_.pinned_pending_frees;
@@ -723,6 +855,15 @@ StatusOr<CudaBackendStats> CudaBackend::stats() const {
 }
 
 Status CudaBackend::Trim() {
+  if (running_captures_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!captures_.empty()) {
+      return FailedPreconditionError(
+          "Trim: not allowed while " +
+          DescribeCaptureLocked(captures_.begin()->first) +
+          " runs: it synchronizes every stream of this backend");
+    }
+  }
   OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), "Trim");
   std::vector<CudaStream*> streams;
   {
@@ -739,6 +880,8 @@ Status CudaBackend::Trim() {
   }
   OFFLOAD_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool_, 0),
                                "cudaMemPoolTrimTo", "Trim");
+  OFFLOAD_CUDA_RETURN_IF_ERROR(cudaDeviceGraphMemTrim(options_.device),
+                               "cudaDeviceGraphMemTrim", "Trim");
   return OkStatus();
 }
 

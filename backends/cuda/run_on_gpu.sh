@@ -12,16 +12,17 @@
 #
 # There (`--on-device`, from the repository root): runs every test binary
 # (the overlap check included; its OVERLAP_* environment passes through),
-# then compute-sanitizer memcheck, racecheck and synccheck on the conformance
-# and backend tests and on a quick benchmark run, then the copy benchmark.
+# then compute-sanitizer memcheck, racecheck and synccheck on the conformance,
+# backend, graph, pipeline and budget tests and on a quick benchmark run, then
+# the copy benchmark.
 # Logs go to $OUT (at most 8 files come back): device.txt, tests.log,
 # memcheck.log, racecheck.log, synccheck.log, benchmark.log, benchmark.md,
 # summary.txt. Exits non-zero if any step failed.
 set -uo pipefail
 
 BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
-          cuda_backend_test cuda_pipeline_test cuda_budget_test
-          cuda_copy_benchmark)
+          cuda_backend_test cuda_graph_test cuda_pipeline_test
+          cuda_budget_test cuda_copy_benchmark)
 # Built from bench/ with -c opt (its own output folder: the binaries above
 # stay fastbuild).
 BENCH_TESTS=(overlap_check_test)
@@ -99,7 +100,8 @@ on_device() {
   # 1. The tests, then the overlap check (bench/overlap_check_test.cc: copies
   # beside GEMMs >= 90% per direction, step <= 1.25x the limit, bytes equal).
   for t in cuda_smoke_test pinned_arena_test cuda_conformance_test \
-           cuda_backend_test cuda_pipeline_test cuda_budget_test; do
+           cuda_backend_test cuda_graph_test cuda_pipeline_test \
+           cuda_budget_test; do
     step "$t" "$out/tests.log" 300 "$dir/$t"
   done
   step "overlap_check_test" "$out/tests.log" 240 "$dir/overlap_check_test"
@@ -108,9 +110,11 @@ on_device() {
   # 2. compute-sanitizer. The backend test runs in three parts: its error
   # tests make CUDA calls fail on purpose (API error reporting off for them),
   # and its held-stream tests block a stream with a host function (run apart
-  # so that a tool that serializes streams costs only that part).
+  # so that a tool that serializes streams costs only that part). The graph
+  # test runs in two: its error tests end an unjoined capture on purpose.
   local held='CudaBackendHeldStreamTest.*'
   local errors='CudaBackendErrorTest.*'
+  local graph_errors='CudaGraphErrorTest.*'
   for tool in memcheck racecheck synccheck; do
     local log="$out/$tool.log"
     local extra=()
@@ -121,6 +125,8 @@ on_device() {
       "backend|${cs[*]} $dir/cuda_backend_test --gtest_filter=-$held:$errors"
       "backend held streams|${cs[*]} $dir/cuda_backend_test --gtest_filter=$held"
       "backend errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_backend_test --gtest_filter=$errors"
+      "graph|${cs[*]} $dir/cuda_graph_test --gtest_filter=-$graph_errors"
+      "graph errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_graph_test --gtest_filter=$graph_errors"
       "pipeline|${cs[*]} $dir/cuda_pipeline_test"
       "budget|${cs[*]} $dir/cuda_budget_test"
       "benchmark --quick|${cs[*]} $dir/cuda_copy_benchmark --quick"
