@@ -59,6 +59,27 @@ StatusOr<Stream*> BackendConformanceTest::NewStream(std::string_view name) {
   return stream;
 }
 
+void GraphConformanceTest::SetUp() {
+  BackendConformanceTest::SetUp();
+  if (HasFatalFailure()) return;
+  if (!backend().SupportsGraphs()) {
+    GTEST_SKIP() << "BackendFactory '" << GetParam().name
+                 << "': the backend does not support graph capture";
+  }
+}
+
+void GraphConformanceTest::TearDown() {
+  if (!has_backend()) return;
+  std::vector<Stream*> all = streams();
+  all.push_back(&backend().ComputeStream());
+  for (Stream* stream : all) {
+    if (backend().IsCapturing(*stream)) {
+      (void)backend().EndCapture(*stream);
+    }
+  }
+  BackendConformanceTest::TearDown();
+}
+
 namespace {
 
 using ::testing::AssertionFailure;
@@ -781,5 +802,267 @@ TEST_P(BackendConformanceTest, StreamsHaveDistinctIdentitiesAndNames) {
   EXPECT_OK(reload_again->Synchronize());
 }
 
+
+// ---------------------------------------------------------------------------
+// Graph capture (GraphConformanceTest: skipped without SupportsGraphs()).
+
+// Device memory holding pattern `seed`, written by an eager H2D copy on
+// `stream` from a pinned buffer that the caller keeps alive (`staging`).
+StatusOr<Buffer> DeviceWithPattern(Backend& backend, Stream& stream,
+                                   int64_t size, uint64_t seed,
+                                   Buffer& staging) {
+  OFFLOAD_ASSIGN_OR_RETURN(staging, PinnedWithPattern(backend, size, seed));
+  OFFLOAD_ASSIGN_OR_RETURN(Buffer device, backend.AllocateDevice(size, stream));
+  OFFLOAD_RETURN_IF_ERROR(stream.Copy(device.data(), staging.data(), size));
+  return device;
+}
+
+// Captures, on `compute`, an H2D copy of `src` into `device`, then a D2H
+// copy of `device` into `dst` on `side`, joined through `written` and
+// joined back through `copied` when `join_back`.
+Status CaptureH2DThenSideD2H(Stream& compute, Stream& side, Buffer& src,
+                             Buffer& device, Buffer& dst, Event& written,
+                             Event& copied, bool join_back) {
+  OFFLOAD_RETURN_IF_ERROR(compute.Copy(device.data(), src.data(), src.size()));
+  OFFLOAD_RETURN_IF_ERROR(compute.Record(written));
+  OFFLOAD_RETURN_IF_ERROR(side.Wait(written));
+  OFFLOAD_RETURN_IF_ERROR(side.Copy(dst.data(), device.data(), dst.size()));
+  OFFLOAD_RETURN_IF_ERROR(side.Record(copied));
+  if (join_back) OFFLOAD_RETURN_IF_ERROR(compute.Wait(copied));
+  return OkStatus();
+}
+
+TEST_P(GraphConformanceTest, CapturedSideStreamCopyRunsOnlyWhenLaunched) {
+  const int64_t n = 1 * kMiB;
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 201));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> written, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, backend().NewEvent());
+  ASSERT_OK(compute.Synchronize());
+
+  EXPECT_FALSE(backend().IsCapturing(compute));
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  EXPECT_TRUE(backend().IsCapturing(compute));
+  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, src, device, dst, *written,
+                                  *copied, /*join_back=*/true));
+  EXPECT_TRUE(backend().IsCapturing(*d2h));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(compute));
+  ASSERT_THAT(graph, NotNull());
+  EXPECT_FALSE(backend().IsCapturing(compute));
+  EXPECT_FALSE(backend().IsCapturing(*d2h));
+  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK(d2h->Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 0)) << "captured work ran before a launch";
+
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  ASSERT_THAT(exec, NotNull());
+  ASSERT_OK(backend().Launch(*exec, compute));
+  ASSERT_OK(compute.Synchronize());  // joined back: covers the side copy
+  EXPECT_TRUE(HoldsPattern(dst, 201));
+  // New bytes in the pinned input, a new launch.
+  FillPinned(src, 202);
+  ASSERT_OK(backend().Launch(*exec, compute));
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 202));
+}
+
+TEST_P(GraphConformanceTest, LaunchesReadDeviceBytesWrittenBetweenThem) {
+  const int64_t n = 1 * kMiB;
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
+  Buffer staging;
+  ASSERT_OK_AND_ASSIGN(Buffer device, DeviceWithPattern(backend(), compute, n,
+                                                        211, staging));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> start, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> done, backend().NewEvent());
+  ASSERT_OK(compute.Synchronize());
+  // Only a D2H copy on the side stream is captured.
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kThreadLocal));
+  ASSERT_OK(compute.Record(*start));
+  ASSERT_OK(d2h->Wait(*start));
+  ASSERT_OK(d2h->Copy(dst.data(), device.data(), n));
+  ASSERT_OK(d2h->Record(*done));
+  ASSERT_OK(compute.Wait(*done));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  graph.reset();  // the exec does not need it
+  for (uint64_t seed : {uint64_t{212}, uint64_t{213}}) {
+    SCOPED_TRACE(seed);
+    // An eager H2D write on the launch stream, ordered before the launch.
+    FillPinned(staging, seed);
+    ASSERT_OK(compute.Copy(device.data(), staging.data(), n));
+    ASSERT_OK(backend().Launch(*exec, compute));
+    ASSERT_OK(compute.Synchronize());
+    EXPECT_TRUE(HoldsPattern(dst, seed));
+  }
+}
+
+TEST_P(GraphConformanceTest, GraphMemoryIsAllocatedAndFreedByEachLaunch) {
+  const int64_t n = 1 * kMiB;
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 221));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  ASSERT_OK_AND_ASSIGN(Buffer tmp, backend().AllocateDevice(n, compute));
+  EXPECT_EQ(tmp.size(), n);
+  EXPECT_EQ(tmp.space(), MemorySpace::kDevice);
+  ASSERT_OK(compute.Copy(tmp.data(), src.data(), n));
+  ASSERT_OK(compute.Copy(dst.data(), tmp.data(), n));
+  ASSERT_OK(backend().Free(tmp, compute));
+  EXPECT_TRUE(tmp.empty());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  for (uint64_t seed : {uint64_t{221}, uint64_t{222}, uint64_t{223}}) {
+    SCOPED_TRACE(seed);
+    FillPinned(src, seed);
+    ASSERT_OK(backend().Launch(*exec, compute));
+    ASSERT_OK(compute.Synchronize());
+    EXPECT_TRUE(HoldsPattern(dst, seed));
+  }
+}
+
+TEST_P(GraphConformanceTest, UnjoinedSideStreamFailsEndCaptureAndEndsIt) {
+  const int64_t n = 256 * kKiB;
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 231));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> written, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, backend().NewEvent());
+  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, src, device, dst, *written,
+                                  *copied, /*join_back=*/false));
+  EXPECT_THAT(backend().EndCapture(compute),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(backend().IsCapturing(compute));
+  EXPECT_FALSE(backend().IsCapturing(*d2h));
+  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK(d2h->Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 0)) << "work of a failed capture ran";
+  // Both streams work eagerly again, and a new capture works.
+  ASSERT_OK(compute.Copy(device.data(), src.data(), n));
+  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  ASSERT_OK(compute.Copy(dst.data(), device.data(), n));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  ASSERT_OK(backend().Launch(*exec, compute));
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 231));
+}
+
+TEST_P(GraphConformanceTest, RefusedCallsLeaveTheCaptureIntact) {
+  const int64_t n = 256 * kKiB;
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
+  ASSERT_OK_AND_ASSIGN(Stream* other, NewStream("other"));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 241));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK_AND_ASSIGN(Buffer spare, PinnedWithPattern(backend(), n, 0));
+  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> written, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> outside, backend().NewEvent());
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> never, backend().NewEvent());
+  ASSERT_OK(other->Record(*outside));
+  ASSERT_OK(compute.Synchronize());
+  // An exec to launch during the capture.
+  ASSERT_OK(backend().BeginCapture(*other, CaptureMode::kGlobal));
+  ASSERT_OK(other->Copy(spare.data(), src.data(), n));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> other_graph,
+                       backend().EndCapture(*other));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> other_exec,
+                       backend().Instantiate(*other_graph));
+
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  ASSERT_OK(compute.Copy(device.data(), src.data(), n));
+  ASSERT_OK(compute.Record(*written));
+  ASSERT_OK(d2h->Wait(*written));
+  EXPECT_THAT(compute.Synchronize(),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(d2h->Synchronize(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(written->Query(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(written->Synchronize(),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend().AllocatePinned(n),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend().Free(spare, compute),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend().Free(spare, *other),  // a stream not capturing
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_FALSE(spare.empty());
+  EXPECT_THAT(compute.Wait(*outside),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend().Launch(*other_exec, compute),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(backend().BeginCapture(compute, CaptureMode::kGlobal),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_OK(compute.Wait(*never));  // never recorded: a no-op
+  EXPECT_TRUE(backend().IsCapturing(compute));
+  EXPECT_TRUE(backend().IsCapturing(*d2h));
+
+  // The capture goes on, ends and replays correctly.
+  ASSERT_OK(d2h->Copy(dst.data(), device.data(), n));
+  ASSERT_OK(d2h->Record(*copied));
+  ASSERT_OK(compute.Wait(*copied));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(compute));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  ASSERT_OK(backend().Launch(*exec, compute));
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 241));
+  // After the capture, its events are refused until recorded again.
+  EXPECT_THAT(written->Synchronize(),
+              StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(other->Wait(*copied), StatusIs(StatusCode::kFailedPrecondition));
+  ASSERT_OK(compute.Record(*written));
+  EXPECT_OK(written->Synchronize());
+  // Pinned memory can be freed again.
+  EXPECT_OK(backend().Free(spare, compute));
+}
+
+TEST_P(GraphConformanceTest, LaunchOnACapturingStreamIsRefused) {
+  Stream& compute = backend().ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream* side, NewStream("side"));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), 4096, 251));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), 4096, 0));
+  ASSERT_OK(backend().BeginCapture(*side, CaptureMode::kGlobal));
+  ASSERT_OK(side->Copy(dst.data(), src.data(), 4096));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       backend().EndCapture(*side));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       backend().Instantiate(*graph));
+  ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
+  EXPECT_THAT(backend().Launch(*exec, compute),
+              StatusIs(StatusCode::kFailedPrecondition));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> empty,
+                       backend().EndCapture(compute));
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 0));
+  // On a stream that is not capturing, the same exec launches.
+  ASSERT_OK(backend().Launch(*exec, compute));
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 251));
+}
+
 }  // namespace
+
+// Binaries that link the suite for BackendConformanceTest only.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GraphConformanceTest);
+
 }  // namespace offload

@@ -23,6 +23,22 @@
 // memory, Buffer handle fields, memory returned by destroyed handles, and
 // stream naming.
 //
+// GraphConformanceTest is a second suite, on the same factories, for the
+// optional graph capture of engine/backend.h: every test is skipped when
+// SupportsGraphs() is false. Instantiate it like the first:
+//
+//   INSTANTIATE_TEST_SUITE_P(Sim, GraphConformanceTest, ...same values...,
+//                            BackendFactoryName());
+//
+// What a passing backend guarantees: captured work does not run until
+// launched; a launch replays it with the bytes of its time (a D2H copy on a
+// side stream joined through events, device memory allocated and freed in
+// the graph), launch after launch; an unjoined side stream fails EndCapture
+// and ends the capture; the calls CUDA refuses during a capture fail with
+// kFailedPrecondition and leave it intact; Launch on a capturing stream is
+// refused. It checks device bytes only through pinned memory read by the
+// host after a synchronization.
+//
 // Each test needs at most about 64 MiB of device memory and of pinned memory
 // at once, so a backend made with small capacities can run the suite; with a
 // device capacity below 1 GiB, DestroyedBuffersReturnTheirMemory also proves
@@ -78,13 +94,28 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendFactory> {
   void TearDown() override;
 
   Backend& backend() { return *backend_; }
+  // Whether SetUp made a backend.
+  bool has_backend() const { return backend_ != nullptr; }
 
   // backend().NewStream(name), remembered so that TearDown synchronizes it.
   StatusOr<Stream*> NewStream(std::string_view name);
+  // The streams made with NewStream, in order.
+  const std::vector<Stream*>& streams() const { return streams_; }
 
  private:
   std::unique_ptr<Backend> backend_;
   std::vector<Stream*> streams_;
+};
+
+// The fixture of the graph capture suite: a BackendConformanceTest whose
+// tests are skipped on backends without SupportsGraphs().
+class GraphConformanceTest : public BackendConformanceTest {
+ protected:
+  // As BackendConformanceTest::SetUp, then GTEST_SKIP without graphs.
+  void SetUp() override;
+  // Ends a capture a failed test left running (EndCapture on each capturing
+  // stream; its result is ignored), then as BackendConformanceTest.
+  void TearDown() override;
 };
 
 }  // namespace offload

@@ -1,7 +1,8 @@
-// SimBackend, part 1 of 3: the Stream and Event handles, construction, and
-// what the host enqueues (copies, gathers, kernels, records, waits) or
-// blocks on. Memory is in sim_memory.cc, the event loop and the trace in
-// sim_event_loop.cc.
+// SimBackend, part 1 of 4: construction, and what the host enqueues
+// (copies, gathers, kernels, records, waits) or blocks on. The Stream and
+// Event handles are in sim_handles.h, memory in sim_memory.cc, the event loop
+// and the trace in sim_event_loop.cc, graph capture and launch in
+// sim_graph.cc.
 
 #include "backends/sim/sim_backend.h"
 
@@ -12,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "backends/sim/sim_handles.h"
+
 namespace offload {
 namespace {
 
@@ -20,79 +23,6 @@ namespace {
 constexpr uintptr_t kDeviceAddressBase = uintptr_t{0x1000} << 48;
 
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Stream and Event handles: thin forwarders into the SimBackend.
-
-class SimBackend::SimEvent final : public Event {
- public:
-  SimEvent(SimBackend* sim, uint64_t id) : sim_(sim), id_(id) {}
-
-  StatusOr<bool> Query() override {
-    bool done = sim_->EventDone(*this);
-    if (done) sim_->host_clock_.Join(clock_);  // the host has observed it
-    return done;
-  }
-
-  Status Synchronize() override {
-    sim_->SynchronizeEvent(*this);
-    return OkStatus();
-  }
-
-  std::string Name() const { return "event#" + std::to_string(id_); }
-
-  SimBackend* sim_;
-  uint64_t id_;
-  bool recorded_ = false;
-  int stream_ = -1;     // where it was last recorded
-  uint64_t count_ = 0;  // done once that stream completed this many ops
-  VectorClock clock_;   // what the recording stream knew
-};
-
-class SimBackend::SimStream final : public Stream {
- public:
-  SimStream(SimBackend* sim, int index, std::string name)
-      : sim_(sim), index_(index), name_(std::move(name)) {}
-
-  std::string_view name() const override { return name_; }
-
-  Status Copy(void* dst, const void* src, int64_t bytes) override {
-    return sim_->EnqueueCopy(index_, dst, src, bytes);
-  }
-
-  Status Gather(void* dst, const void* src, int64_t element_size,
-                const std::vector<int64_t>& shape,
-                const std::vector<int64_t>& strides) override {
-    return sim_->EnqueueGather(index_, dst, src, element_size, shape, strides);
-  }
-
-  Status Record(Event& event) override {
-    auto* sim_event = dynamic_cast<SimEvent*>(&event);
-    if (sim_event == nullptr || sim_event->sim_ != sim_) {
-      return InvalidArgumentError("Record on stream '" + name_ +
-                                  "': the event belongs to another backend");
-    }
-    return sim_->RecordEvent(index_, *sim_event);
-  }
-
-  Status Wait(const Event& event) override {
-    auto* sim_event = dynamic_cast<const SimEvent*>(&event);
-    if (sim_event == nullptr || sim_event->sim_ != sim_) {
-      return InvalidArgumentError("Wait on stream '" + name_ +
-                                  "': the event belongs to another backend");
-    }
-    return sim_->WaitEvent(index_, *sim_event);
-  }
-
-  Status Synchronize() override {
-    sim_->SynchronizeStream(index_);
-    return OkStatus();
-  }
-
-  SimBackend* sim_;
-  int index_;
-  std::string name_;
-};
 
 // ---------------------------------------------------------------------------
 
@@ -116,12 +46,16 @@ std::unique_ptr<SimBackend> NewSimBackend(const SimOptions& options) {
 Stream& SimBackend::ComputeStream() { return *streams_[0].handle; }
 
 StatusOr<Stream*> SimBackend::NewStream(std::string_view name) {
+  int index = AddStream(std::string(name));
+  return static_cast<Stream*>(streams_[index].handle.get());
+}
+
+int SimBackend::AddStream(std::string name) {
   int index = static_cast<int>(streams_.size());
   streams_.emplace_back();
-  streams_.back().handle =
-      std::make_unique<SimStream>(this, index, std::string(name));
-  streams_.back().name = std::string(name);
-  return static_cast<Stream*>(streams_.back().handle.get());
+  streams_.back().handle = std::make_unique<SimStream>(this, index, name);
+  streams_.back().name = std::move(name);
+  return index;
 }
 
 StatusOr<std::unique_ptr<Event>> SimBackend::NewEvent() {
@@ -174,6 +108,14 @@ Status SimBackend::EnqueueCopy(int s, void* dst, const void* src,
                                 "': null source or destination");
   }
   if (bytes == 0) return OkStatus();
+  if (CaptureSlot(s) >= 0) {
+    GraphCall call;
+    call.kind = GraphCall::Kind::kCopy;
+    call.dst = dst;
+    call.src = src;
+    call.bytes = call.extent = bytes;
+    return CaptureTransfer(s, std::move(call));
+  }
   return EnqueueTransfer(
       s, /*gather=*/false, dst, src, bytes, bytes,
       [bytes](const uint8_t* source, uint8_t* staging) {
@@ -193,6 +135,18 @@ Status SimBackend::EnqueueGather(int s, void* dst, const void* src,
     last += (shape[i] - 1) * strides[i];
   }
   if (elements == 0) return OkStatus();
+  if (CaptureSlot(s) >= 0) {
+    GraphCall call;
+    call.kind = GraphCall::Kind::kGather;
+    call.dst = dst;
+    call.src = src;
+    call.bytes = elements * element_size;
+    call.extent = (last + 1) * element_size;
+    call.element_size = element_size;
+    call.shape = shape;
+    call.strides = strides;
+    return CaptureTransfer(s, std::move(call));
+  }
   return EnqueueTransfer(
       s, /*gather=*/true, dst, src, elements * element_size,
       (last + 1) * element_size,
@@ -204,22 +158,32 @@ Status SimBackend::EnqueueGather(int s, void* dst, const void* src,
       });
 }
 
+StatusOr<std::pair<SimBackend::Location, SimBackend::Location>>
+SimBackend::ResolveTransfer(int s, bool gather, void* dst, const void* src,
+                            int64_t bytes, int64_t extent) {
+  const std::string where = std::string(gather ? "Gather" : "Copy") +
+                            " on stream '" + streams_[s].name + "'";
+  OFFLOAD_ASSIGN_OR_RETURN(Location from,
+                           Resolve(src, extent, where + ": source", s));
+  OFFLOAD_ASSIGN_OR_RETURN(Location to,
+                           Resolve(dst, bytes, where + ": destination", s));
+  if (from.block == to.block && from.offset < to.offset + bytes &&
+      to.offset < from.offset + extent) {
+    return InvalidArgumentError(where + ": source and destination overlap in " +
+                                to.block->Name());
+  }
+  return std::make_pair(from, to);
+}
+
 Status SimBackend::EnqueueTransfer(
     int s, bool gather, void* dst, const void* src, int64_t bytes,
     int64_t extent, std::function<void(const uint8_t*, uint8_t*)> read) {
-  const std::string where = std::string(gather ? "Gather" : "Copy") +
-                            " on stream '" + streams_[s].name + "'";
-  auto from = Resolve(src, extent, where + ": source");
-  if (!from.ok()) return from.status();
-  auto to = Resolve(dst, bytes, where + ": destination");
-  if (!to.ok()) return to.status();
+  OFFLOAD_ASSIGN_OR_RETURN(auto locations,
+                           ResolveTransfer(s, gather, dst, src, bytes, extent));
+  const Location* from = &locations.first;
+  const Location* to = &locations.second;
   Block* from_block = from->block;
   Block* to_block = to->block;
-  if (from_block == to_block && from->offset < to->offset + bytes &&
-      to->offset < from->offset + extent) {
-    return InvalidArgumentError(where + ": source and destination overlap in " +
-                                to_block->Name());
-  }
   Op op;
   op.desc.kind = gather ? SimOpKind::kGather : SimOpKind::kCopy;
   op.desc.src = from_block->Ref(from->offset);
@@ -279,8 +243,12 @@ Status SimBackend::EnqueueKernel(Stream& stream, SimKernel kernel) {
     return InvalidArgumentError("EnqueueKernel '" + kernel.name +
                                 "': the stream belongs to another backend");
   }
-  std::string where = "kernel '" + kernel.name + "' on stream '" +
-                      std::string(stream.name()) + "'";
+  return EnqueueKernelOn(s, std::move(kernel));
+}
+
+Status SimBackend::EnqueueKernelOn(int s, SimKernel kernel) {
+  std::string where =
+      "kernel '" + kernel.name + "' on stream '" + streams_[s].name + "'";
   if (kernel.duration_ns < 0) {
     return InvalidArgumentError(where + ": negative duration");
   }
@@ -296,11 +264,21 @@ Status SimBackend::EnqueueKernel(Stream& stream, SimKernel kernel) {
         return InvalidArgumentError(where + ": empty or null range");
       }
       auto at = Resolve(range.data, range.bytes,
-                        where + (write ? ": written" : ": read"));
+                        where + (write ? ": written" : ": read"), s);
       if (!at.ok()) return at.status();
       accesses.push_back(
           Access{at->block->id, at->offset, at->offset + range.bytes, write});
     }
+  }
+  if (CaptureSlot(s) >= 0) {
+    SimTraceEntry desc;
+    desc.kind = SimOpKind::kKernel;
+    desc.label = kernel.name;
+    GraphCall call;
+    call.kind = GraphCall::Kind::kKernel;
+    call.kernel = std::move(kernel);
+    CaptureCall(s, std::move(call), desc);
+    return OkStatus();
   }
   Op op;
   op.desc.kind = SimOpKind::kKernel;
@@ -322,12 +300,15 @@ Status SimBackend::EnqueueKernel(Stream& stream, SimKernel kernel) {
 }
 
 Status SimBackend::RecordEvent(int s, SimEvent& event) {
+  if (CaptureSlot(s) >= 0) return RecordInCapture(s, event);
   Op op;
   op.desc.kind = SimOpKind::kRecord;
   op.desc.label = event.Name();
   VectorClock clock;
   Enqueue(s, std::move(op), &clock);
   event.recorded_ = true;
+  event.captured_by_ = 0;
+  event.capture_known_.clear();
   event.stream_ = s;
   event.count_ = streams_[s].enqueued;
   event.clock_ = std::move(clock);
@@ -335,6 +316,9 @@ Status SimBackend::RecordEvent(int s, SimEvent& event) {
 }
 
 Status SimBackend::WaitEvent(int s, const SimEvent& event) {
+  if (CaptureSlot(s) >= 0 || event.captured_by_ != 0) {
+    return WaitInCapture(s, event);
+  }
   if (!event.recorded_) return OkStatus();  // CUDA: a no-op
   streams_[s].clock.Join(event.clock_);
   Op op;
@@ -366,7 +350,12 @@ void SimBackend::SynchronizeEvent(const SimEvent& event) {
   Trace(SimPhase::kHost, 0, -1, desc);
 }
 
-void SimBackend::SynchronizeStream(int s) {
+Status SimBackend::SynchronizeStream(int s) {
+  if (CaptureSlot(s) >= 0) {
+    return FailedPreconditionError("Synchronize of stream '" +
+                                   streams_[s].name + "': " + CaptureWhere() +
+                                   "; the host cannot wait for captured work");
+  }
   uint64_t target = streams_[s].enqueued;
   RunUntil([&] { return streams_[s].completed >= target; }, -1);
   host_clock_.Join(streams_[s].clock);
@@ -375,6 +364,7 @@ void SimBackend::SynchronizeStream(int s) {
   desc.peer_stream = s;
   desc.peer_stream_name = streams_[s].name;
   Trace(SimPhase::kHost, 0, -1, desc);
+  return OkStatus();
 }
 
 void SimBackend::RunUntilIdle() {

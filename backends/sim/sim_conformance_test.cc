@@ -1,7 +1,7 @@
-// The backend conformance suite (testing/backend_conformance.h) on the
-// simulator: with default options, and with small capacities and duration
-// jitter (so that leaked memory runs out and timing varies). After every test
-// the simulator must have found no hazard.
+// The backend conformance suites (testing/backend_conformance.h), graph
+// capture included, on the simulator: with default options, and with small
+// capacities and duration jitter (so that leaked memory runs out and timing
+// varies). After every test the simulator must have found no hazard.
 
 #include <memory>
 
@@ -30,14 +30,21 @@ std::unique_ptr<Backend> Small() {
   return NewSimBackend(options);
 }
 
+std::unique_ptr<Backend> Default() { return NewSimBackend(SimOptions{}); }
+
 INSTANTIATE_TEST_SUITE_P(
     Sim, BackendConformanceTest,
-    ::testing::Values(
-        BackendFactory{"default",
-                       [] { return std::unique_ptr<Backend>(
-                                NewSimBackend(SimOptions{})); },
-                       NoHazards},
-        BackendFactory{"small_capacity_jitter", Small, NoHazards}),
+    ::testing::Values(BackendFactory{"default", Default, NoHazards},
+                      BackendFactory{"small_capacity_jitter", Small,
+                                     NoHazards}),
+    BackendFactoryName());
+
+// Graph capture: replays must be free of hazards too.
+INSTANTIATE_TEST_SUITE_P(
+    Sim, GraphConformanceTest,
+    ::testing::Values(BackendFactory{"default", Default, NoHazards},
+                      BackendFactory{"small_capacity_jitter", Small,
+                                     NoHazards}),
     BackendFactoryName());
 
 }  // namespace

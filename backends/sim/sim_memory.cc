@@ -1,5 +1,6 @@
-// SimBackend, part 2 of 3: blocks of simulated memory, allocation and free,
-// and the memory statistics that follow device time.
+// SimBackend, part 2 of 4: blocks of simulated memory, allocation and free,
+// and the memory statistics that follow device time. (Graph memory during a
+// capture is reserved by sim_graph.cc.)
 
 #include "backends/sim/sim_backend.h"
 
@@ -19,16 +20,35 @@ std::string Bytes(int64_t n) { return std::to_string(n) + " B"; }
 
 }  // namespace
 
-SimBackend::Block& SimBackend::NewBlock(MemorySpace space, int64_t size) {
+uintptr_t SimBackend::ReserveDeviceAddress(int64_t size) {
+  uintptr_t address = next_device_address_;
+  // A gap after every block: an off-by-one range never lands in the next.
+  next_device_address_ +=
+      (size + 2 * kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+  return address;
+}
+
+SimBackend::Block& SimBackend::NewBlock(MemorySpace space, int64_t size,
+                                       uintptr_t address) {
   Block block;
   block.id = next_block_id_++;
   block.space = space;
   block.size = size;
   if (space == MemorySpace::kDevice) {
-    block.address = next_device_address_;
-    // A gap after every block: an off-by-one range never lands in the next.
-    next_device_address_ +=
-        (size + 2 * kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+    if (address != 0) {
+      // Graph memory: a launch's block at the capture's reserved address.
+      // The previous one keeps its bytes for its pending work.
+      block.address = address;
+      auto it = blocks_.find(address);
+      if (it != blocks_.end()) {
+        if (it->second.bytes != nullptr) {
+          superseded_.emplace(it->second.id, std::move(it->second));
+        }
+        blocks_.erase(it);
+      }
+    } else {
+      block.address = ReserveDeviceAddress(size);
+    }
     if (options_.store_bytes) {
       block.bytes.reset(new uint8_t[size]);
       std::memset(block.bytes.get(), kPoisonByte, size);
@@ -50,13 +70,14 @@ SimBackend::Block& SimBackend::NewBlock(MemorySpace space, int64_t size) {
       }
     }
   }
-  uintptr_t address = block.address;
-  return blocks_.emplace(address, std::move(block)).first->second;
+  const uintptr_t start = block.address;
+  return blocks_.emplace(start, std::move(block)).first->second;
 }
 
 StatusOr<SimBackend::Location> SimBackend::Resolve(const void* data,
                                                    int64_t bytes,
-                                                   std::string_view role) {
+                                                   std::string_view role,
+                                                   int stream) {
   uintptr_t address = reinterpret_cast<uintptr_t>(data);
   auto it = blocks_.upper_bound(address);
   if (it != blocks_.begin()) {
@@ -64,6 +85,16 @@ StatusOr<SimBackend::Location> SimBackend::Resolve(const void* data,
     Block& block = it->second;
     if (address - block.address + static_cast<uint64_t>(bytes) <=
         static_cast<uint64_t>(block.size)) {
+      if (block.reserved &&
+          (capture_ == nullptr || capture_->id != block.graph ||
+           stream < 0 || CaptureSlot(stream) < 0)) {
+        return InvalidArgumentError(
+            std::string(role) + " range of " + Bytes(bytes) + " is in " +
+            block.Name() + ", device memory reserved by the capture of graph#" +
+            std::to_string(block.graph) +
+            ": only that capture's streams may use it (its launches "
+            "allocate it)");
+      }
       return Location{&block, static_cast<int64_t>(address - block.address)};
     }
   }
@@ -74,7 +105,9 @@ StatusOr<SimBackend::Location> SimBackend::Resolve(const void* data,
 
 SimBackend::Block* SimBackend::FindBlock(uintptr_t address, uint64_t id) {
   auto it = blocks_.find(address);
-  return it != blocks_.end() && it->second.id == id ? &it->second : nullptr;
+  if (it != blocks_.end() && it->second.id == id) return &it->second;
+  auto old = superseded_.find(id);
+  return old != superseded_.end() ? &old->second : nullptr;
 }
 
 void SimBackend::AddLive(MemorySpace space, int64_t delta) {
@@ -99,10 +132,10 @@ StatusOr<Buffer> SimBackend::AllocateDevice(int64_t bytes, Stream& stream) {
                                 "': byte count must be positive, got " +
                                 std::to_string(bytes));
   }
+  if (CaptureSlot(s) >= 0) return AllocateInCapture(s, stream, bytes);
   // Memory whose free is still pending on this same stream is reusable: the
   // allocation is ordered after that free.
-  int64_t available = options_.device_capacity_bytes - held_bytes_[0] +
-                      pending_free_[0][s];
+  int64_t available = DeviceAvailable(s);
   if (bytes > available) {
     return ResourceExhaustedError(
         "AllocateDevice on stream '" + std::string(stream.name()) + "': " +
@@ -110,18 +143,29 @@ StatusOr<Buffer> SimBackend::AllocateDevice(int64_t bytes, Stream& stream) {
         Bytes(options_.device_capacity_bytes) +
         " device memory available to this stream");
   }
-  Block& block = NewBlock(MemorySpace::kDevice, bytes);
+  Block& block = EnqueueAllocation(s, bytes);
+  return MakeBuffer(reinterpret_cast<void*>(block.address), bytes,
+                    MemorySpace::kDevice, &stream);
+}
+
+SimBackend::Block& SimBackend::EnqueueAllocation(int s, int64_t bytes,
+                                                 uintptr_t address,
+                                                 uint64_t graph) {
+  Block& block = NewBlock(MemorySpace::kDevice, bytes, address);
+  block.graph = graph;
   held_bytes_[0] += bytes;
   ++stats_[0].allocations;
   Op op;
   op.desc.kind = SimOpKind::kAlloc;
   op.desc.dst = block.Ref(0);
   op.desc.bytes = bytes;
-  op.on_end = [this, bytes] { AddLive(MemorySpace::kDevice, bytes); };
+  op.on_end = [this, bytes, graph, address = block.address, id = block.id] {
+    AddLive(MemorySpace::kDevice, bytes);
+    if (graph != 0) graph_live_[address] = id;
+  };
   AccessOp ref = Enqueue(s, std::move(op), nullptr);
   detector_.OnAllocate(block.id, block.Name(), std::move(ref));
-  return MakeBuffer(reinterpret_cast<void*>(block.address), bytes,
-                    MemorySpace::kDevice, &stream);
+  return block;
 }
 
 StatusOr<Buffer> SimBackend::AllocatePinned(int64_t bytes) {
@@ -129,6 +173,11 @@ StatusOr<Buffer> SimBackend::AllocatePinned(int64_t bytes) {
     return InvalidArgumentError(
         "AllocatePinned: byte count must be positive, got " +
         std::to_string(bytes));
+  }
+  if (capture_ != nullptr) {
+    return FailedPreconditionError("AllocatePinned of " + Bytes(bytes) +
+                                   ": " + CaptureWhere() +
+                                   "; pinned allocations are refused then");
   }
   int64_t available = options_.pinned_capacity_bytes - held_bytes_[1];
   if (bytes > available) {
@@ -167,6 +216,10 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
                            Stream* stream) {
   uintptr_t address = reinterpret_cast<uintptr_t>(data);
   auto it = blocks_.find(address);
+  if (it != blocks_.end() && it->second.graph != 0 &&
+      it->second.size == size && it->second.space == space) {
+    return ReleaseGraphMemory(it->second, stream);
+  }
   if (it == blocks_.end() || it->second.freed || it->second.size != size ||
       it->second.space != space) {
     return InvalidArgumentError("Free: " + Bytes(size) + " of " +
@@ -176,6 +229,11 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
   }
   Block& block = it->second;
   int sp = SpaceIndex(space);
+  if (space == MemorySpace::kPinnedHost && capture_ != nullptr) {
+    return FailedPreconditionError("Free of " + block.Name() + ": " +
+                                   CaptureWhere() +
+                                   "; pinned frees are refused then");
+  }
   if (stream == nullptr) {
     if (space == MemorySpace::kDevice) {
       return InvalidArgumentError("Free of " + block.Name() +
@@ -199,6 +257,22 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
                                 std::string(stream->name()) +
                                 "' belongs to another backend");
   }
+  if (CaptureSlot(s) >= 0) {
+    return FailedPreconditionError(
+        "Free of " + block.Name() + " on stream '" + streams_[s].name +
+        "': " + CaptureWhere() +
+        "; memory allocated outside the capture is not freed by a graph "
+        "in the simulator (free it on a stream that does not capture)");
+  }
+  EnqueueFree(block, s);
+  return OkStatus();
+}
+
+void SimBackend::EnqueueFree(Block& block, int s) {
+  const uintptr_t address = block.address;
+  const int64_t size = block.size;
+  const MemorySpace space = block.space;
+  const int sp = SpaceIndex(space);
   block.freed = true;
   pending_free_[sp][s] += size;
   Op op;
@@ -211,16 +285,44 @@ Status SimBackend::Release(void* data, int64_t size, MemorySpace space,
     held_bytes_[sp] -= size;
     AddLive(space, -size);
     if (Block* gone = FindBlock(address, id)) gone->bytes.reset();
+    superseded_.erase(id);
+    auto live = graph_live_.find(address);
+    if (live != graph_live_.end() && live->second == id) {
+      graph_live_.erase(live);
+    }
   };
   VectorClock clock;
   AccessOp ref = Enqueue(s, std::move(op), &clock);
   detector_.OnFree(id, ref, clock);
-  return OkStatus();
 }
 
 StatusOr<uint8_t*> SimBackend::MutableBytes(const void* data, int64_t bytes) {
   if (bytes < 0) return InvalidArgumentError("MutableBytes: negative size");
-  OFFLOAD_ASSIGN_OR_RETURN(Location at, Resolve(data, bytes, "MutableBytes"));
+  auto reserved = blocks_.upper_bound(reinterpret_cast<uintptr_t>(data));
+  if (reserved != blocks_.begin() && (--reserved)->second.reserved &&
+      reinterpret_cast<uintptr_t>(data) <
+          reserved->first + reserved->second.size) {
+    return FailedPreconditionError(
+        "MutableBytes: " + reserved->second.Name() +
+        " is graph memory no launch has allocated; it holds no bytes");
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(Location at,
+                           Resolve(data, bytes, "MutableBytes", -1));
+  if (at.block->graph != 0) {
+    // Launches allocate graph memory at one address: the bytes are those of
+    // the launch whose allocation ran last in device time.
+    auto live = graph_live_.find(at.block->address);
+    Block* block = live == graph_live_.end()
+                       ? nullptr
+                       : FindBlock(at.block->address, live->second);
+    if (block == nullptr) {
+      return FailedPreconditionError(
+          "MutableBytes: " + at.block->Name() + ", memory of graph#" +
+          std::to_string(at.block->graph) +
+          ", is not allocated at this device time");
+    }
+    at.block = block;
+  }
   // The bytes exist until the free reaches its stream (device time).
   if (at.block->bytes == nullptr && at.block->freed) {
     return InvalidArgumentError("MutableBytes: " + at.block->Name() +

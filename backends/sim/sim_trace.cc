@@ -39,6 +39,14 @@ std::string_view SimOpKindName(SimOpKind kind) {
     case SimOpKind::kSynchronizeStream:
     case SimOpKind::kSynchronizeDevice:
       return "synchronize";
+    case SimOpKind::kBeginCapture:
+      return "begin-capture";
+    case SimOpKind::kCapture:
+      return "capture";
+    case SimOpKind::kEndCapture:
+      return "end-capture";
+    case SimOpKind::kGraphLaunch:
+      return "graph-launch";
   }
   return "?";
 }
@@ -79,6 +87,14 @@ std::string SimTraceEntry::Description() const {
       break;
     case SimOpKind::kSynchronizeDevice:
       out += "device";
+      break;
+    case SimOpKind::kBeginCapture:
+    case SimOpKind::kEndCapture:
+    case SimOpKind::kGraphLaunch:
+      out += label + " on '" + peer_stream_name + "'";
+      break;
+    case SimOpKind::kCapture:
+      out += "on '" + peer_stream_name + "': " + label;
       break;
   }
   return out;

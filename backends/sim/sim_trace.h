@@ -39,12 +39,23 @@ enum class SimOpKind {
                        //     recorded it (-1 if never recorded)
   kSynchronizeStream,  // ... peer_stream drained
   kSynchronizeDevice,  // ... every stream drained (RunUntilIdle)
+  // Host entries of graph capture; peer_stream is the stream concerned.
+  kBeginCapture,  // origin peer_stream starts a capture; label "capture#1
+                  //     (global)"
+  kCapture,       // peer_stream recorded an operation into the capture
+                  //     instead of running it: label is that operation's
+                  //     Description(); src, dst, bytes as it would have
+  kEndCapture,    // the capture of origin peer_stream ended; label is
+                  //     "graph#1, 7 operations" or why it failed
+  kGraphLaunch,   // a graph's calls were re-issued, starting on peer_stream
+                  //     (label "graph#1 launch 2"); what they enqueue is
+                  //     traced as if called eagerly
 };
 
 // "enqueue", "start", "end", "host".
 std::string_view SimPhaseName(SimPhase phase);
 // "copy", "gather", "kernel", "record", "wait", "alloc", "free",
-// "synchronize".
+// "synchronize", "begin-capture", "capture", "end-capture", "graph-launch".
 std::string_view SimOpKindName(SimOpKind kind);
 
 // A byte position in a simulated allocation. Block ids count allocations of
@@ -73,10 +84,12 @@ struct SimTraceEntry {
   SimBlockRef src, dst;
   // Bytes moved (copy, gather) or allocated/freed (alloc, free); else 0.
   int64_t bytes = 0;
-  // Kernel name, or the event of a record, wait or event synchronization.
+  // Kernel name, or the event of a record, wait or event synchronization;
+  // for capture entries, see SimOpKind.
   std::string label;
   // Wait, event synchronization: the stream that recorded the event.
-  // Stream synchronization: the stream synchronized. Otherwise -1.
+  // Stream synchronization: the stream synchronized. Capture entries: the
+  // stream concerned. Otherwise -1.
   int peer_stream = -1;
   std::string peer_stream_name;
 
