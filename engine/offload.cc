@@ -148,4 +148,15 @@ std::string Offloader::BudgetPlanText() const {
   return impl_->BudgetPlanText();
 }
 
+Status Offloader::BeginWarmup() { return impl_->BeginWarmup(); }
+Status Offloader::EndWarmup() { return impl_->EndWarmup(); }
+Status Offloader::BeginCapture(CaptureMode mode) {
+  return impl_->BeginCapture(mode);
+}
+StatusOr<std::unique_ptr<Graph>> Offloader::EndCapture() {
+  return impl_->EndCapture();
+}
+bool Offloader::warming_up() const { return impl_->warming_up(); }
+bool Offloader::capturing() const { return impl_->capturing(); }
+
 }  // namespace offload

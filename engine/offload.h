@@ -136,6 +136,60 @@ class Offloader {
   // (FormatBudgetPlan); empty before it is made and in the other modes.
   std::string BudgetPlanText() const;
 
+  // --- CUDA graph capture (SPEC §5.7; TE's "CPU offloading and CUDA
+  // graphs"). Whole iterations of the layer policies (default k-of-n, a
+  // schedule table, manual calls) can be captured once and launched many
+  // times:
+  //
+  //   BeginWarmup();  one or more iterations  EndWarmup();
+  //   BeginCapture(); one iteration (nothing runs)  graph = EndCapture();
+  //   exec = backend.Instantiate(*graph);
+  //   per step: write new inputs; backend.Launch(*exec, compute);
+  //
+  // A launch runs the step's copies, records, waits and device allocations
+  // exactly as captured, with no host work per step. The byte budget cannot
+  // be captured (its first iteration records on the host).
+
+  // Warm-up iterations run the step's calls with every check, but nothing is
+  // offloaded (Push and Pop hand tensors back as pushed): TE's and
+  // Megatron's pre- and post-warm-up hooks. Each layer the schedule (or a
+  // manual StartOffload) would offload records the pinned memory its
+  // offload needs, for BeginCapture.
+  // Errors: kFailedPrecondition in the middle of an iteration, when already
+  //   warming up (BeginWarmup) or not (EndWarmup), during a capture, or with
+  //   a byte budget.
+  Status BeginWarmup();
+  Status EndWarmup();
+
+  // Makes the pinned buffers the last warm-up recorded (allocating what the
+  // pool lacks; they stay pooled, as with retain_pinned_buffers, for the
+  // life of the Offloader since the graph refers to them), waits on the
+  // host until pooled buffers are no longer read by earlier copies (the
+  // last host wait before the capture), then begins capturing the compute
+  // stream (Backend::BeginCapture). During the capture the engine enqueues
+  // only stream work; a layer that could not be offloaded in it (its pinned
+  // buffers differ from the warm-up's) makes EndCapture fail.
+  // Errors: kUnimplemented if the backend has no graphs; kFailedPrecondition
+  //   in the middle of an iteration, during warm-up or a capture, with a byte
+  //   budget, or when a layer that will be offloaded has no warm-up record;
+  //   what AllocatePinned, Event::Synchronize or BeginCapture return (then
+  //   no capture runs; buffers already allocated stay pooled).
+  Status BeginCapture(CaptureMode mode = CaptureMode::kGlobal);
+
+  // Ends the capture and returns its graph. Every copy the capture started
+  // must complete inside it (TE's rule for offloading in graphs): a capture
+  // holds whole iterations.
+  // Errors: kFailedPrecondition without a capture, or in the middle of an
+  //   iteration (the message names the layers whose copies would be left
+  //   unfinished; the capture goes on: finish the iteration and call again);
+  //   kFailedPrecondition naming the layers kept on device during the capture
+  //   (the capture has ended and its graph is dropped); what the backend's
+  //   EndCapture returns (the capture has ended).
+  StatusOr<std::unique_ptr<Graph>> EndCapture();
+
+  bool warming_up() const;
+  bool capturing() const;
+
  private:
   class Impl;          // the policy interface (engine/offload_policy.h)
   class LayerPolicy;   // TE's schedules (engine/offload_impl.h)

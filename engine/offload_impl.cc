@@ -24,7 +24,12 @@ Status Offloader::LayerPolicy::CloseForward() {
   OffloadGroup& group = Group(open_layer_);
   if (!options_.manual_synchronization && WillOffload(open_layer_) &&
       group.state() == GroupState::kNotOffloaded) {
-    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
+    if (warmup_) {
+      RecordWarmupNeeds(open_layer_);
+    } else {
+      OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
+      CheckCapturedOffload(open_layer_);
+    }
   }
   open_layer_ = -1;
   return OkStatus();
@@ -82,7 +87,7 @@ Status Offloader::LayerPolicy::BackwardStep(int layer) {
     OffloadGroup& previous = Group(last_backward_);
     if (previous.state() != GroupState::kReleased) {
       OFFLOAD_RETURN_IF_ERROR(
-          previous.ReleaseAll(options_.retain_pinned_buffers)
+          previous.ReleaseAll(retain_pinned_)
               .WithContext(where));
     }
   }
@@ -104,7 +109,7 @@ Status Offloader::LayerPolicy::FinishBackward() {
   // ordered is kept (warned) and the first such error returned.
   open_layer_ = -1;
   Status first =
-      EndIteration(core_, groups_, options_.retain_pinned_buffers);
+      EndIteration(core_, groups_, retain_pinned_);
   iteration_++;
   forward_count_ = 0;
   backward_count_ = 0;
@@ -131,7 +136,7 @@ StatusOr<SavedTensor> Offloader::LayerPolicy::PushOne(const Tensor& tensor,
     return Kept(tensor, layer);
   }
   OFFLOAD_ASSIGN_OR_RETURN(const int index, Group(layer).AddPushed(tensor));
-  ++core_.stats().tensors_offloaded;
+  if (!warmup_) ++core_.stats().tensors_offloaded;
   return SavedTensor(owner_, iteration_, layer,
                      SavedTensor::InGroup{layer, index});
 }
@@ -252,8 +257,16 @@ Status Offloader::LayerPolicy::Manual(const char* call, int layer) {
     return FailedPreconditionError(where + ": its backward already began in " +
                                    Iteration());
   }
+  if (warmup_) {  // nothing moves; StartOffload records what it would take
+    if (name == "StartOffload" && group.state() == GroupState::kNotOffloaded) {
+      RecordWarmupNeeds(layer);
+      if (open_layer_ == layer) open_layer_ = -1;  // closed
+    }
+    return OkStatus();
+  }
   if (name == "StartOffload") {
-    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.retain_pinned_buffers));
+    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
+    CheckCapturedOffload(layer);
     if (open_layer_ == layer) open_layer_ = -1;  // closed
     return OkStatus();
   }

@@ -28,7 +28,8 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
         schedule_(std::move(schedule)),
         core_(backend, d2h, h2d,
               CoreOptions{options.min_span_coverage, options.skip_sparse_views,
-                          options.warnings_to_stderr}) {
+                          options.warnings_to_stderr}),
+        retain_pinned_(options.retain_pinned_buffers) {
     const int n = options_.model_layers;
     // Groups are made when a layer first pushes into one (a disabled or
     // mostly kept-on-device stack costs nothing per layer).
@@ -75,7 +76,23 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   OffloadCore& core() override { return core_; }
   const OffloadCore& core() const override { return core_; }
 
+  // Graph capture (engine/layer_capture.cc).
+  Status BeginWarmup() override;
+  Status EndWarmup() override;
+  Status BeginCapture(CaptureMode mode) override;
+  StatusOr<std::unique_ptr<Graph>> EndCapture() override;
+  bool warming_up() const override { return warmup_; }
+  bool capturing() const override { return capturing_; }
+
  private:
+  // The name of the call and "in the middle of iteration N" when a step of
+  // the iteration has run; empty between iterations.
+  std::string MidIteration() const;
+  // Warm-up: records the pinned blocks `layer`'s offload would take.
+  void RecordWarmupNeeds(int layer);
+  // During a capture: `layer`'s StartOffload just ran; a layer that stayed
+  // on device is a capture problem (EndCapture fails).
+  void CheckCapturedOffload(int layer);
   std::string Iteration() const {
     return "iteration " + std::to_string(iteration_);
   }
@@ -122,6 +139,16 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   int open_layer_ = -1;     // the layer whose pushes are being collected
   int last_backward_ = -1;  // released when the next backward step begins
   std::vector<bool> backward_begun_;
+
+  // Pinned buffers are pooled per layer (retain_pinned_buffers, or after a
+  // capture, whose graph refers to them).
+  bool retain_pinned_;
+  bool warmup_ = false;
+  bool capturing_ = false;
+  // The pinned blocks (bytes, pool tag) of each layer the last warm-up
+  // would have offloaded.
+  std::map<int, std::vector<std::pair<int64_t, int64_t>>> warmup_blocks_;
+  std::vector<std::string> capture_problems_;
 };
 
 }  // namespace offload

@@ -36,8 +36,32 @@ class Offloader::Impl {
   virtual int64_t OffloadedBytes() const = 0;
   virtual const ScheduleTable& schedule() const = 0;
   virtual std::string BudgetPlanText() const { return ""; }
+  // Graph capture (SPEC §5.7). A policy that cannot be captured refuses
+  // each with kFailedPrecondition naming `why_not`.
+  virtual Status BeginWarmup() { return NotCapturable("BeginWarmup"); }
+  virtual Status EndWarmup() { return NotCapturable("EndWarmup"); }
+  virtual Status BeginCapture(CaptureMode /*mode*/) {
+    return NotCapturable("BeginCapture");
+  }
+  virtual StatusOr<std::unique_ptr<Graph>> EndCapture() {
+    return NotCapturable("EndCapture");
+  }
+  virtual bool warming_up() const { return false; }
+  virtual bool capturing() const { return false; }
   virtual OffloadCore& core() = 0;
   virtual const OffloadCore& core() const = 0;
+
+ protected:
+  // Why this policy cannot be captured (used only by the defaults above).
+  virtual std::string why_not_capturable() const {
+    return "this policy does not support graph capture";
+  }
+
+ private:
+  Status NotCapturable(const char* call) const {
+    return FailedPreconditionError(std::string("Offloader::") + call + ": " +
+                                   why_not_capturable());
+  }
 };
 
 }  // namespace offload

@@ -66,6 +66,14 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   OffloadCore& core() override { return core_; }
   const OffloadCore& core() const override { return core_; }
 
+ protected:
+  std::string why_not_capturable() const override {
+    return "the byte budget cannot be captured in a graph: it records its "
+           "first iteration on the host and frees each unit when the host "
+           "sees it dropped (use the default schedule, a schedule table or "
+           "manual calls)";
+  }
+
  private:
   // A unit of this iteration.
   struct Unit {

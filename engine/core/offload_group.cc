@@ -167,33 +167,49 @@ void OffloadGroup::KeepOnDevice(const std::string& why) {
   state_ = GroupState::kKeptOnDevice;
 }
 
-Status OffloadGroup::StartOffload(bool retain_pinned) {
-  if (state_ != GroupState::kNotOffloaded) return WrongState("StartOffload");
-  const CoreOptions& options = core_.options();
-
+OffloadGroup::HostNeeds OffloadGroup::PlanHost() const {
+  HostNeeds needs;
   std::vector<const Tensor*> views;
   views.reserve(entries_.size());
   for (const Entry& entry : entries_) views.push_back(&entry.tensor);
-  SpanPlan plan = PlanSpans(views, options.min_span_coverage);
-
+  needs.plan = PlanSpans(views, core_.options().min_span_coverage);
   // The spans this iteration will copy: the plan's, then one per sparse view
   // made contiguous. Retained pinned buffers must fit them exactly.
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> tags;  // the pool tag of each (SpanTags)
   auto tag = [&](const Tensor& view) {
     return pinned_tag_ >= 0 ? pinned_tag_
                             : -16 - static_cast<int64_t>(view.dtype);
   };
-  for (const PlannedSpan& span : plan.spans) {
-    sizes.push_back(span.bytes());
-    tags.push_back(tag(*views[span.tensors.front()]));
+  for (const PlannedSpan& span : needs.plan.spans) {
+    needs.sizes.push_back(span.bytes());
+    needs.tags.push_back(tag(*views[span.tensors.front()]));
   }
-  if (!options.skip_sparse_views) {
-    for (int index : plan.sparse) {
-      sizes.push_back(views[index]->nbytes());
-      tags.push_back(tag(*views[index]));
+  if (!core_.options().skip_sparse_views) {
+    for (int index : needs.plan.sparse) {
+      needs.sizes.push_back(views[index]->nbytes());
+      needs.tags.push_back(tag(*views[index]));
     }
   }
+  return needs;
+}
+
+std::vector<std::pair<int64_t, int64_t>> OffloadGroup::PlannedHostBlocks()
+    const {
+  const HostNeeds needs = PlanHost();
+  const BlockLayout layout = PackByTag(needs.sizes, needs.tags);
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  for (size_t i = 0; i < layout.block_sizes.size(); ++i) {
+    blocks.emplace_back(layout.block_sizes[i], layout.block_tags[i]);
+  }
+  return blocks;
+}
+
+Status OffloadGroup::StartOffload(bool retain_pinned) {
+  if (state_ != GroupState::kNotOffloaded) return WrongState("StartOffload");
+  const CoreOptions& options = core_.options();
+  HostNeeds needs = PlanHost();
+  const SpanPlan& plan = needs.plan;
+  const std::vector<int64_t>& sizes = needs.sizes;
+  const std::vector<int64_t>& tags = needs.tags;
   // (A pool shared by dtype serves any sizes; only a group's own retained
   // buffers must fit.)
   if (retain_pinned && pinned_tag_ >= 0 && !sizes.empty() &&

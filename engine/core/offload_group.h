@@ -17,11 +17,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/core/group_key.h"
 #include "engine/core/offload_core.h"
+#include "engine/core/span_planner.h"
 #include "engine/offload_options.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
@@ -71,6 +73,11 @@ class OffloadGroup {
   // buffers, those are freed and new ones taken (a warning).
   // Errors: kFailedPrecondition in another state.
   Status StartOffload(bool retain_pinned);
+
+  // The pinned blocks, as (bytes, pool tag), that StartOffload would take
+  // for the tensors added so far; changes nothing. For a graph capture,
+  // which must find them pooled (it cannot allocate pinned memory).
+  std::vector<std::pair<int64_t, int64_t>> PlannedHostBlocks() const;
 
   // The compute stream waits for the finish event; the group drops its
   // device storages (freeing those nobody else holds, on the compute
@@ -180,6 +187,13 @@ class OffloadGroup {
     int64_t host_offset = 0;   // and its offset there
   };
 
+  // The spans StartOffload copies and the pinned bytes and pool tag of each.
+  struct HostNeeds {
+    SpanPlan plan;
+    std::vector<int64_t> sizes;
+    std::vector<int64_t> tags;
+  };
+  HostNeeds PlanHost() const;
   Status WrongState(const char* call) const;
   StatusOr<Event*> EnsureEvent(std::unique_ptr<Event>& event);
   // Keeps the group on device after a failed StartOffload, with a warning.

@@ -32,7 +32,8 @@ StatusOr<std::vector<Buffer>> PinnedPool::Take(
   std::vector<Event*> waited;
   for (size_t i = 0; i < reused.size() && status.ok(); ++i) {
     Event* event = reused[i].free_after.get();
-    if (std::find(waited.begin(), waited.end(), event) != waited.end()) {
+    if (event == nullptr ||
+        std::find(waited.begin(), waited.end(), event) != waited.end()) {
       continue;
     }
     status = writer.Wait(*event);
@@ -56,6 +57,12 @@ StatusOr<std::vector<Buffer>> PinnedPool::Take(
     out[i] = std::move(it->buffer);
   }
   return out;
+}
+
+Stream& PinnedPool::LastUser(const Pooled& pooled) const {
+  // A reserved buffer no copy used yet: any stream orders its free.
+  return pooled.last_user != nullptr ? *pooled.last_user
+                                     : backend_.ComputeStream();
 }
 
 Status PinnedPool::FreeOrKeep(Buffer& buffer, Stream& stream) {
@@ -99,10 +106,43 @@ Status PinnedPool::Give(std::vector<Buffer> buffers,
   return OkStatus();
 }
 
+Status PinnedPool::Reserve(
+    const std::vector<std::pair<int64_t, int64_t>>& blocks) {
+  std::vector<bool> claimed(pooled_.size(), false);
+  for (const auto& [bytes, tag] : blocks) {
+    bool found = false;
+    for (size_t i = 0; i < pooled_.size() && !found; ++i) {
+      if (!claimed[i] && pooled_[i].tag == tag &&
+          pooled_[i].buffer.size() == bytes) {
+        claimed[i] = found = true;
+      }
+    }
+    if (found) continue;
+    OFFLOAD_ASSIGN_OR_RETURN(Buffer buffer, backend_.AllocatePinned(bytes));
+    ++stats_.pinned_allocations;
+    pooled_.push_back(Pooled{std::move(buffer), tag, nullptr, nullptr});
+    claimed.push_back(true);
+  }
+  return OkStatus();
+}
+
+Status PinnedPool::Settle() {
+  for (Pooled& p : pooled_) {
+    if (p.free_after == nullptr) continue;
+    OFFLOAD_RETURN_IF_ERROR(p.free_after->Synchronize());
+    p.free_after = nullptr;
+  }
+  return OkStatus();
+}
+
+void PinnedPool::ForgetReusePoints() {
+  for (Pooled& p : pooled_) p.free_after = nullptr;
+}
+
 Status PinnedPool::Clear() {
   Status first = OkStatus();
   for (Pooled& p : pooled_) {
-    first.Update(FreeOrKeep(p.buffer, *p.last_user));
+    first.Update(FreeOrKeep(p.buffer, LastUser(p)));
   }
   pooled_.clear();
   return first;
@@ -116,7 +156,7 @@ Status PinnedPool::Clear(int64_t tag) {
       kept.push_back(std::move(p));
       continue;
     }
-    first.Update(FreeOrKeep(p.buffer, *p.last_user));
+    first.Update(FreeOrKeep(p.buffer, LastUser(p)));
   }
   pooled_ = std::move(kept);
   return first;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend.h"
@@ -60,6 +61,29 @@ class PinnedPool {
   Status Give(std::vector<Buffer> buffers, const std::vector<int64_t>& tags,
               Stream& last_user);
 
+  // --- For a graph capture, which can neither allocate pinned memory nor
+  // wait for work recorded outside it (SPEC §5.7). ---
+
+  // Makes sure the pool holds a buffer of each (bytes, tag) of `blocks`,
+  // counting multiplicity: allocates only what is missing (counted in
+  // stats.pinned_allocations); the new buffers need no wait before use.
+  // Errors: what AllocatePinned returns; the buffers allocated before the
+  //   failure stay pooled.
+  Status Reserve(const std::vector<std::pair<int64_t, int64_t>>& blocks);
+
+  // Blocks the host until the last copy of every pooled buffer has
+  // completed, then forgets those points: a later Take makes no stream wait.
+  // Errors: what Event::Synchronize returns (the points not yet waited for
+  //   are kept).
+  Status Settle();
+
+  // Forgets the reuse points of every pooled buffer without waiting for
+  // them. REQUIRES: every later writer of a pooled buffer is ordered after
+  // its last copy some other way (after a capture ended, its points were
+  // recorded by work that never ran; its launches run whole on the compute
+  // stream, which every copy of a later step waits for).
+  void ForgetReusePoints();
+
   // Frees the pooled buffers of `tag`, each ordered on its last user's
   // stream. Errors: the first failed Free (that buffer is kept, counted in
   // leaked_bytes()).
@@ -79,9 +103,12 @@ class PinnedPool {
   struct Pooled {
     Buffer buffer;
     int64_t tag = 0;
-    Stream* last_user = nullptr;
-    std::shared_ptr<Event> free_after;  // recorded on last_user
+    Stream* last_user = nullptr;  // null: reserved, never used
+    std::shared_ptr<Event> free_after;  // recorded on last_user; null: none
   };
+  // The stream that last used a pooled buffer (the compute stream for a
+  // reserved one never used).
+  Stream& LastUser(const Pooled& pooled) const;
   // Frees `buffer` ordered on `stream`; keeps it on failure.
   Status FreeOrKeep(Buffer& buffer, Stream& stream);
 
