@@ -80,7 +80,11 @@ struct PipelineOffloadOptions {
   // the offload instead of issuing it; IssueDelayedOffloads issues the
   // queue (right after a captured region's launch). Whatever is still
   // queued when a backward starts or the iteration ends is issued then,
-  // with a warning naming it — never dropped.
+  // with a warning naming it — never dropped. The copies of a queued group
+  // are ordered after everything enqueued on the compute stream when its
+  // offload is issued (not after its pushes), so a region whose kernels
+  // run in a Launch after the host calls (or were captured with them) is
+  // copied as that launch wrote it.
   bool delay_offload = false;
 
   // As in OffloadOptions.
@@ -123,7 +127,9 @@ class PipelineOffloader {
   // offloaded come back from Pop unchanged. A composite is pushed whole or
   // not at all. Errors: kInvalidArgument for a malformed tensor, or one the
   //   group would copy whose storage or ready event is of another backend;
-  //   what recording its ready point returns.
+  //   kFailedPrecondition into an offloaded group while the compute stream
+  //   is capturing, without delay_offload (see GroupCommit); what recording
+  //   its ready point returns.
   StatusOr<SavedTensor> Push(const Tensor& tensor);
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
 
@@ -134,6 +140,12 @@ class PipelineOffloader {
   // copied (upstream's forced release: their memory goes even though the
   // caller holds them; release tensors the group did not copy, or that an
   // open group still has to copy, are left alone with a warning).
+  // Graph capture (§5.7): while the compute stream is capturing
+  // (Backend::IsCapturing), committing an offloaded group without
+  // delay_offload is kFailedPrecondition naming the group (nothing
+  // changed; the group stays open): its offload is not capture-safe
+  // (pinned allocation, cross-stream ordering and the release would land
+  // in the graph). With delay_offload the commit is queued as usual.
   // Errors: kFailedPrecondition if no such group is open; as StartChunk
   //   for freeing dropped memory (nothing changed: retry); what an ordering
   //   call of the group's own offload returns — then the group is
@@ -142,9 +154,15 @@ class PipelineOffloader {
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors = {});
 
-  // delay_offload: issues every queued offload, in commit order. Errors:
-  //   the first that an offload's ordering calls return (the rest are
-  //   issued even then).
+  // delay_offload: issues every queued offload, in commit order, each
+  // ordered after the work enqueued on the compute stream so far (call it
+  // right after the region's Launch: the copies run outside the graph).
+  // Errors: kFailedPrecondition while the compute stream is capturing
+  //   (issued there the copies would be captured into the graph; nothing
+  //   changes, the queue stays: call it after the region's Launch); the
+  //   first that an offload's ordering calls return (the rest are issued
+  //   even then). StartChunkBackward and FinishIteration, which issue what
+  //   is still queued, likewise fail while capturing if anything is.
   Status IssueDelayedOffloads();
 
   // --- Backward ------------------------------------------------------------

@@ -155,14 +155,44 @@ Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
   return OkStatus();
 }
 
+Status PipelineOffloader::Impl::CheckNotCapturing(
+    int slot, const std::string& call) const {
+  if (options_.delay_offload || !Capturing()) return OkStatus();
+  // Not capture-safe: the offload allocates pinned memory (the pool may
+  // have to), a push records its ready point into the graph (where no
+  // eager copy may wait for it), and the copies and the release would be
+  // captured.
+  return FailedPreconditionError(
+      call + " of " + SlotName(slot) +
+      ": the compute stream is capturing a graph and the group is "
+      "offloaded; without delay_offload its offload cannot be captured "
+      "(set delay_offload and call IssueDelayedOffloads after the region's "
+      "Launch); nothing changed");
+}
+
 StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
                                                        int slot) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
     return Kept(tensor, slot);
   }
-  OFFLOAD_ASSIGN_OR_RETURN(const int index,
-                           slots_[slot].group->AddPushed(tensor));
+  int index = -1;
+  if (options_.delay_offload && tensor.ready == nullptr) {
+    // §5.7: the copies must follow what the compute stream runs up to the
+    // issue (a region launched after this push, or captured with it), not
+    // the push: the pushes share the slot's issue event, recorded then.
+    std::shared_ptr<Event>& ready = slots_[slot].issue_ready;
+    if (ready == nullptr) {
+      OFFLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Event> event,
+                               core_.backend().NewEvent());
+      ready = std::move(event);
+    }
+    Tensor delayed = tensor;
+    delayed.ready = ready;
+    OFFLOAD_ASSIGN_OR_RETURN(index, slots_[slot].group->AddPushed(delayed));
+  } else {
+    OFFLOAD_ASSIGN_OR_RETURN(index, slots_[slot].group->AddPushed(tensor));
+  }
   ++core_.stats().tensors_offloaded;
   return SavedTensor(owner_, iteration_, slot,
                      SavedTensor::InGroup{slot, index});
@@ -175,6 +205,7 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::Push(const Tensor& tensor) {
   }
   const int slot = chunks_[forward_chunk_].open.back();
   if (!slots_[slot].offload) return Kept(tensor, slot);  // §4.4
+  OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
   OFFLOAD_RETURN_IF_ERROR(
       CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
                        WhereFn([&] { return "Push in " + SlotName(slot); })));
@@ -190,6 +221,7 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::Push(
   }
   const bool offloaded = slot >= 0 && slots_[slot].offload;
   if (offloaded) {
+    OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
     for (size_t i = 0; i < tensor.components.size(); ++i) {
       if (!tensor.components[i].has_value()) continue;
       OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
@@ -268,6 +300,9 @@ Status PipelineOffloader::Impl::GroupCommit(
                                    ": no open group of that name");
   }
   const int slot = *open;
+  if (slots_[slot].offload) {
+    OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, where));
+  }
   OFFLOAD_RETURN_IF_ERROR(FreeDropped().WithContext(where));
   chunk.open.erase(std::next(open).base());
   chunk.commits.push_back(slot);
@@ -300,8 +335,22 @@ Status PipelineOffloader::Impl::Offload(int slot,
 
 Status PipelineOffloader::Impl::IssueDelayedOffloads(
     const std::string& caller) {
+  const bool explicit_call = caller == "IssueDelayedOffloads";
+  if ((explicit_call || !delayed_.empty()) && Capturing()) {
+    // Issued now, the copies would be captured into the graph: what
+    // delaying avoids. The queue stays.
+    std::string names;
+    for (const Delayed& d : delayed_) names += " " + SlotName(d.slot) + ";";
+    return FailedPreconditionError(
+        caller + " in " + Iteration() +
+        ": the compute stream is capturing a graph; delayed offloads are "
+        "issued outside the capture: call IssueDelayedOffloads after the "
+        "region's Launch (" + std::to_string(delayed_.size()) +
+        " still queued" + (names.empty() ? "" : ":" + names) +
+        "); nothing changed");
+  }
   if (delayed_.empty()) return OkStatus();
-  if (caller != "IssueDelayedOffloads") {
+  if (!explicit_call) {
     std::string names;
     for (const Delayed& d : delayed_) names += " " + SlotName(d.slot) + ";";
     core_.Warn(caller + ": " + std::to_string(delayed_.size()) +
@@ -313,6 +362,19 @@ Status PipelineOffloader::Impl::IssueDelayedOffloads(
   delayed_.clear();
   Status first = OkStatus();
   for (size_t i = 0; i < queue.size(); ++i) {
+    // The ready point of its pushes: here, after everything the compute
+    // stream was given (the region's launch). Without it the group stays
+    // on device (correct as pushed) and the error is reported.
+    const std::shared_ptr<Event>& ready = slots_[queue[i].slot].issue_ready;
+    if (ready != nullptr) {
+      Status recorded = core_.compute().Record(*ready);
+      if (!recorded.ok()) {
+        first.Update(recorded.WithContext(
+            SlotName(queue[i].slot) +
+            ": recording its ready point (its tensors stay on device)"));
+        continue;
+      }
+    }
     first.Update(Offload(queue[i].slot, queue[i].release)
                      .WithContext(SlotName(queue[i].slot)));
   }

@@ -34,7 +34,9 @@ class PipelineOffloader::Impl {
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors);
   // Issues the queued offloads; `caller` names who does it (a warning when
-  // it is not IssueDelayedOffloads).
+  // it is not IssueDelayedOffloads). kFailedPrecondition while the compute
+  // stream captures (nothing changes): from IssueDelayedOffloads always,
+  // from the others when something is queued.
   Status IssueDelayedOffloads(const std::string& caller);
   Status StartChunkBackward(int stage, int microbatch);
   Status GroupBackwardStart(std::string_view name);
@@ -67,6 +69,11 @@ class PipelineOffloader::Impl {
     bool committed = false;
     bool backward_begun = false;
     bool backward_ended = false;
+    // delay_offload: the ready point of the slot's pushes (those without
+    // an event of their own), recorded on the compute stream when its
+    // offload is issued, i.e. after the region's launch (§5.7). Kept
+    // across iterations.
+    std::shared_ptr<Event> issue_ready;
   };
   struct Chunk {
     ChunkId id;
@@ -83,6 +90,10 @@ class PipelineOffloader::Impl {
     std::map<std::string, std::deque<int>, std::less<>> inflight;
   };
 
+  // Whether the compute stream is part of a graph capture now.
+  bool Capturing() const {
+    return core_.backend().IsCapturing(core_.compute());
+  }
   std::string Iteration() const {
     return "iteration " + std::to_string(iteration_);
   }
@@ -92,6 +103,9 @@ class PipelineOffloader::Impl {
   int FrontChunk() const;
   // Frees device storages the caller dropped since their group's commit.
   Status FreeDropped();
+  // Without delay_offload, kFailedPrecondition naming `call` and `slot`
+  // while the compute stream captures (§5.7).
+  Status CheckNotCapturing(int slot, const std::string& call) const;
   StatusOr<SavedTensor> PushOne(const Tensor& tensor, int slot);
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
