@@ -77,6 +77,11 @@
 //       (cudaGraphDestroy, cudaGraphExecDestroy: not capture-safe) when a
 //       capture ends on a thread no other capture restricts, or with the
 //       backend.
+//    Not refused, but observed to invalidate a kGlobal capture (H200, CUDA
+//    13, 2026-11-23): eager work on a stream outside the capture (a device
+//    allocation, copies to and from pinned memory, a free, a record and a
+//    stats read on another stream). Do such work outside captures, or
+//    capture in kThreadLocal or kRelaxed mode. The engine does none.
 //    EndCapture of a kGlobal or kThreadLocal capture must come from the
 //    thread that began it (CUDA's rule); from another thread it is refused
 //    and the capture goes on.

@@ -60,5 +60,15 @@ INSTANTIATE_TEST_SUITE_P(
                        NothingLeaked}),
     BackendFactoryName());
 
+// Graph capture (engine/backend.h): the suite the simulator runs too.
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, GraphConformanceTest,
+    ::testing::Values(
+        BackendFactory{"default", [] { return Make(CudaOptions{}); },
+                       NothingLeaked},
+        BackendFactory{"tiny_pinned_slabs", [] { return Make(TinySlabs()); },
+                       NothingLeaked}),
+    BackendFactoryName());
+
 }  // namespace
 }  // namespace offload

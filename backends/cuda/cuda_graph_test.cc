@@ -557,10 +557,12 @@ TEST(CudaGraphEventTest, StreamsAndEventsCreatedDuringACaptureJoinIt) {
   ExpectReplays(backend, *exec, compute, rig.in, rig.out, {81, 82});
 }
 
-// Streams outside a global capture keep running eager work meanwhile:
-// stream-ordered allocation, copies, frees and records are not
-// capture-unsafe (only waiting for the device from the host is).
-TEST(CudaGraphEventTest, EagerWorkOnOtherStreamsGoesOnDuringAGlobalCapture) {
+// Streams outside a relaxed capture keep running eager work meanwhile:
+// stream-ordered allocation, copies, frees and records. (The same work during
+// a *global* capture invalidated it on an H200 with CUDA 13 — first GPU run
+// of this test, 2026-11-23; the backend does not refuse it: see
+// cuda_backend.h.)
+TEST(CudaGraphEventTest, EagerWorkOnOtherStreamsGoesOnDuringARelaxedCapture) {
   Rig rig = MakeRig();
   ASSERT_NE(rig.backend, nullptr);
   CudaBackend& backend = *rig.backend;
@@ -568,7 +570,7 @@ TEST(CudaGraphEventTest, EagerWorkOnOtherStreamsGoesOnDuringAGlobalCapture) {
   Stream& idle = *rig.idle;
   ASSERT_OK_AND_ASSIGN(Buffer eager_out, backend.AllocatePinned(kBytes));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> eager_done, backend.NewEvent());
-  ASSERT_OK(backend.BeginCapture(compute, CaptureMode::kGlobal));
+  ASSERT_OK(backend.BeginCapture(compute, CaptureMode::kRelaxed));
   ASSERT_OK(RecordChain(
       backend, compute, *rig.side, rig.in, rig.out, [&](Buffer&, Buffer&) {
         ASSERT_OK_AND_ASSIGN(Buffer device,

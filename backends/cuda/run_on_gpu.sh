@@ -121,7 +121,8 @@ on_device() {
     [[ $tool == memcheck ]] && extra=(--leak-check full)
     local cs=("$sanitizer" --tool "$tool" --error-exitcode 99 "${extra[@]}")
     local parts=(
-      "conformance|${cs[*]} $dir/cuda_conformance_test"
+      "conformance|${cs[*]} $dir/cuda_conformance_test --gtest_filter=-*Unjoined*"
+      "conformance unjoined capture (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_conformance_test --gtest_filter=*Unjoined*"
       "backend|${cs[*]} $dir/cuda_backend_test --gtest_filter=-$held:$errors"
       "backend held streams|${cs[*]} $dir/cuda_backend_test --gtest_filter=$held"
       "backend errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_backend_test --gtest_filter=$errors"
