@@ -54,12 +54,23 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;
     else if (const char* v = val("--gemm_ms")) f.gemm_ms = Doubles(v);
     else if (const char* v = val("--budget_k")) f.budget_k = Doubles(v);
+    else if (const char* v = val("--graph_k")) {
+      for (double k : Doubles(v)) {
+        if (k != double(int(k))) Die("--graph_k values must be integers");
+        f.graph_k.push_back(int(k));
+      }
+    }
     else Die("unknown flag " + a);
   }
   if (f.kmax < 0) f.kmax = f.shape.layers - 2;
   for (double k : f.budget_k) {
     if (!(k >= 0 && k < f.shape.layers)) {
       Die("--budget_k values must be in [0, layers)");
+    }
+  }
+  for (int k : f.graph_k) {
+    if (k < 0 || k >= f.shape.layers) {
+      Die("--graph_k values must be in [0, layers)");
     }
   }
   return f;

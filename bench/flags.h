@@ -34,6 +34,11 @@ struct Flags {
   // given the saved bytes of layers - value layers: what TE's k-of-n keeps
   // resident at k = value (SavedBytesPerLayer in layer_stack.h).
   std::vector<double> budget_k;
+  // --graph_k=0,2,4: after the other rows, one row per value with the step
+  // captured once as a CUDA graph (CaptureStep, layer_stack.h) and launched
+  // `steps` times, next to eager steps of the same k measured the same way
+  // (graph_sweep.h). Ignored with --sim_only.
+  std::vector<int> graph_k;
 };
 
 // Parses --name=value flags; dies on an unknown one. Fills in kmax's default.

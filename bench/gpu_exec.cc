@@ -5,12 +5,17 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/bench_util.h"
 #include "bench/cuda_check.h"
 
 namespace offload::bench {
 namespace {
+
+// The static input's values: bf16 uniform in [-kInputScale, kInputScale].
+constexpr double kInputScale = 1.7;
 
 void Blas(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -41,7 +46,8 @@ GpuExec::GpuExec(CudaBackend& be, const Shape& s) : be_(be), s_(s) {
       Cuda(cudaMalloc(&grads_[l][w], wbytes_[w]), "cudaMalloc grad");
     }
   }
-  input_ = DeviceRandom(T * H, 1.7, seed++);
+  input_ = DeviceRandom(T * H, kInputScale, kInputSeed);  // after 5 weights
+  seed = kInputSeed + 1;
   const int64_t wk[7] = {T * H, T * H, T * H, T * 4 * H, T * H, T * H,
                          T * 3 * H};
   work_[0] = DeviceRandom(T * H, 1.0, seed++);
@@ -71,6 +77,10 @@ GpuExec::~GpuExec() {
 void GpuExec::Run(int id, int layer, const Gemm& g, std::vector<const Tensor*>,
                   const Tensor*) {
   if (calibrate_) {
+    // Timing events and pool reads are host work of an eager step.
+    if (be_.IsCapturing(be_.ComputeStream())) {
+      Die("GpuExec: calibration during a graph capture");
+    }
     calib_bytes_.push_back(
         sample_bytes_ ? Must(be_.stats(), "stats").device_bytes_in_use : -1);
     Cuda(cudaEventRecord(CalibEvent(), stream_), "record");
@@ -150,7 +160,49 @@ std::vector<uint64_t> GpuExec::Hashes() {
   return h;
 }
 
-void* GpuExec::DeviceRandom(int64_t n, double scale, uint64_t seed) {
+GpuExec::StepBytes GpuExec::ReadResults() {
+  Cuda(cudaDeviceSynchronize(), "sync");
+  StepBytes r;
+  const size_t out_bytes = size_t(s_.tokens * s_.hidden * 2);
+  r.output.assign(static_cast<const uint8_t*>(out_host_),
+                  static_cast<const uint8_t*>(out_host_) + out_bytes);
+  for (int l = 0; l < s_.layers; ++l) {
+    for (int w = 0; w < 5; ++w) {
+      std::vector<uint8_t> g(size_t(wbytes_[w]));
+      Cuda(cudaMemcpy(g.data(), grads_[l][w], g.size(),
+                      cudaMemcpyDeviceToHost),
+           "copy grad");
+      r.grads.push_back(std::move(g));
+    }
+  }
+  return r;
+}
+
+void GpuExec::ClearResults() {
+  Cuda(cudaStreamSynchronize(stream_), "sync");  // a step may still copy
+  std::memset(out_host_, 0, size_t(s_.tokens * s_.hidden * 2));
+  for (auto& g : grads_) {
+    for (int w = 0; w < 5; ++w) {
+      Cuda(cudaMemsetAsync(g[w], 0, wbytes_[w], stream_), "clear grad");
+    }
+  }
+  Cuda(cudaStreamSynchronize(stream_), "sync");
+}
+
+void GpuExec::SetInput(uint64_t seed) {
+  const int64_t n = s_.tokens * s_.hidden;
+  const std::vector<uint16_t> h = HostRandom(n, kInputScale, seed);
+  // On the compute stream: after every earlier step or launch that reads
+  // the input (the backend's streams do not synchronize with cudaMemcpy's
+  // legacy stream); the host waits before `h` goes away.
+  Cuda(cudaMemcpyAsync(input_, h.data(), n * 2, cudaMemcpyHostToDevice,
+                       stream_),
+       "write input");
+  Cuda(cudaStreamSynchronize(stream_), "sync");
+}
+
+std::vector<uint16_t> GpuExec::HostRandom(int64_t n, double scale,
+                                          uint64_t seed) {
   std::vector<uint16_t> h(n);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (int64_t i = 0; i < n; ++i) {
@@ -160,6 +212,11 @@ void* GpuExec::DeviceRandom(int64_t n, double scale, uint64_t seed) {
     std::memcpy(&bits, &f, 4);
     h[i] = uint16_t(bits >> 16);
   }
+  return h;
+}
+
+void* GpuExec::DeviceRandom(int64_t n, double scale, uint64_t seed) {
+  const std::vector<uint16_t> h = HostRandom(n, scale, seed);
   void* d = nullptr;
   Cuda(cudaMalloc(&d, n * 2), "cudaMalloc");
   Cuda(cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice), "upload");

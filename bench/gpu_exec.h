@@ -2,6 +2,13 @@
 // (compute type 32F) on the CudaBackend's compute stream. The weights, weight
 // gradients and backward work buffers come from plain cudaMalloc, so the
 // backend's device pool holds only the activations.
+//
+// A step can be captured into a CUDA graph (CaptureStep, layer_stack.h): the
+// GEMMs, the input fill (a device-to-device copy from the static input
+// buffer) and, with set_capture(true), the output's copy to pinned host
+// memory are all stream work on the compute stream; nothing in a step
+// allocates outside the backend or waits on the host. Each weight gradient
+// is written whole (beta = 0) by its GEMM in every step, eager or launched.
 
 #ifndef OFFLOAD_BENCH_GPU_EXEC_H_
 #define OFFLOAD_BENCH_GPU_EXEC_H_
@@ -43,6 +50,9 @@ class GpuExec final : public Exec {
   void StartCalibration();
   // Adds this step's per-GEMM durations (ns) to `samples`.
   void EndCalibration(std::array<std::vector<double>, kGemms>& samples);
+  // Whether Output copies the last layer's output to pinned host memory
+  // (read by Hashes and ReadResults). Recorded into a graph captured while
+  // on: every launch of it copies.
   void set_capture(bool c) { capture_ = c; }
   // While calibrating, also read the backend's device_bytes_in_use as each
   // GEMM is enqueued (for the timeline's memory curve).
@@ -60,12 +70,36 @@ class GpuExec final : public Exec {
   // After a step with capture on: the hash of the output and of each weight
   // gradient (host copies).
   std::vector<uint64_t> Hashes();
+
+  // The output (as last copied by a step with capture on) and each weight
+  // gradient (layer-major: grads[layer * 5 + w]), copied to the host after
+  // waiting for the device.
+  struct StepBytes {
+    std::vector<uint8_t> output;
+    std::vector<std::vector<uint8_t>> grads;
+  };
+  StepBytes ReadResults();
+
+  // Zeroes the host copy of the output and every weight gradient (after the
+  // compute stream's earlier work), so that a later check cannot pass on the
+  // bytes of an earlier step. Waits for it on the host.
+  void ClearResults();
+
+  // Writes new values into the static input buffer that FillInput copies
+  // from: bf16 uniform in [-1.7, 1.7] from `seed` (the constructor's input is
+  // kInputSeed). Ordered after the compute stream's earlier work (a step or
+  // a graph launch still reading it), and waited for on the host. Not during
+  // a capture.
+  static constexpr uint64_t kInputSeed = 12350;
+  void SetInput(uint64_t seed);
   cudaStream_t stream() const { return stream_; }
 
  private:
   static constexpr size_t kWorkspace = size_t{64} << 20;
 
   // bf16 values uniform in [-scale, scale], made on the host.
+  static std::vector<uint16_t> HostRandom(int64_t n, double scale,
+                                          uint64_t seed);
   void* DeviceRandom(int64_t n, double scale, uint64_t seed);
   cudaEvent_t CalibEvent();
 

@@ -177,4 +177,19 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   return cost;
 }
 
+CapturedStep CaptureStep(Exec& ex, Offloader& off, const Shape& s, int warmup,
+                         CaptureMode mode) {
+  if (warmup < 1) Die("CaptureStep: at least one warm-up step is needed");
+  Must(off.BeginWarmup(), "Offloader::BeginWarmup");
+  for (int w = 0; w < warmup; ++w) RunStep(ex, off, s);
+  Must(off.EndWarmup(), "Offloader::EndWarmup");
+  CapturedStep c;
+  const Clock::time_point t0 = Clock::now();
+  Must(off.BeginCapture(mode), "Offloader::BeginCapture");
+  c.cost = RunStep(ex, off, s);
+  c.graph = Must(off.EndCapture(), "Offloader::EndCapture");
+  c.capture_ns = NsSince(t0);
+  return c;
+}
+
 }  // namespace offload::bench

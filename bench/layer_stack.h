@@ -24,6 +24,7 @@
 #define OFFLOAD_BENCH_LAYER_STACK_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -123,8 +124,27 @@ struct StepCost {
 };
 
 // One training step (forward over all layers, then backward) through `off`,
-// on `ex`. Dies on any engine error.
+// on `ex`. Dies on any engine error. Every device allocation of the step is
+// freed within it, and nothing in it waits on the host, so it can be
+// captured whole (CaptureStep).
 StepCost RunStep(Exec& ex, Offloader& off, const Shape& s);
+
+// One step captured into a graph (SPEC §5.7): `warmup` >= 1 warm-up steps
+// through `off` (Offloader::BeginWarmup .. EndWarmup: nothing offloaded, the
+// pinned memory of each offload recorded), then Offloader::BeginCapture, one
+// RunStep, EndCapture. Nothing of the captured step runs until the graph is
+// launched (Backend::Instantiate, Backend::Launch on the compute stream);
+// each launch runs its GEMMs, copies, record/wait orderings and device
+// allocations with no host work. `off` must outlive the graph's execs (they
+// use its pinned buffers). Dies on any engine error (e.g. a byte budget,
+// which cannot be captured).
+struct CapturedStep {
+  std::unique_ptr<Graph> graph;
+  StepCost cost;          // the Offloader calls of the captured step
+  double capture_ns = 0;  // host wall time of BeginCapture .. EndCapture
+};
+CapturedStep CaptureStep(Exec& ex, Offloader& off, const Shape& s, int warmup,
+                         CaptureMode mode = CaptureMode::kGlobal);
 
 }  // namespace offload::bench
 

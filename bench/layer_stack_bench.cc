@@ -10,6 +10,7 @@
 //                     [--sim_only [--gemm_ms=a,b,...] [--trace_k=K]]
 //                     [--timeline_k=K --timeline_prefix=PATH]
 //                     [--budget_k=4,4.5,...]  (byte-budget rows, SPEC §4.7)
+//                     [--graph_k=0,2,4]  (the step as a CUDA graph, §5.7)
 //
 // The pieces, in bench/:
 //   flags.h             the command line
@@ -18,6 +19,7 @@
 //   pinned_bandwidth.h  the raw pinned copy peak
 //   sim_bound.h         the engine's schedule on the simulator ("bound")
 //   offload_sweep.h     the timing loop over k offloaded layers
+//   graph_sweep.h       the step captured as a CUDA graph (--graph_k)
 //   copy_interposer.h   timing of the engine's copies (-Wl,--wrap)
 //   call_counter.h      CUDA runtime calls per offloaded tensor (-Wl,--wrap)
 //   gpu_timeline.h      one step as a timeline picture (--timeline_k)
@@ -38,6 +40,7 @@
 #include "bench/flags.h"
 #include "bench/gpu_exec.h"
 #include "bench/gpu_timeline.h"
+#include "bench/graph_sweep.h"
 #include "bench/layer_stack.h"
 #include "bench/offload_sweep.h"
 #include "bench/pinned_bandwidth.h"
@@ -77,6 +80,10 @@ int Main(int argc, char** argv) {
   Flags flags = ParseFlags(argc, argv);
   const Shape& s = flags.shape;
   if (flags.sim_only) {
+    if (!flags.graph_k.empty()) {
+      std::fprintf(stderr, "note: --graph_k needs the GPU; ignored with "
+                           "--sim_only\n");
+    }
     RunSimOnly(flags);
     return 0;
   }
@@ -109,6 +116,9 @@ int Main(int argc, char** argv) {
   } else if (!sweep.timelines.empty()) {
     PrintTimelineSummary(sweep.timelines);
     ok = WriteTimelines(sweep.timelines, flags.timeline_prefix) && ok;
+  }
+  if (!flags.graph_k.empty()) {
+    ok = PrintGraphRows(flags, RunGraphRows(ex, *be, flags)) && ok;
   }
   for (auto& e : copies.pool) cudaEventDestroy(e);
   return ok ? 0 : 1;

@@ -1,5 +1,6 @@
 #include "bench/report.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -179,6 +180,95 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
   std::printf("\noutputs and all %d weight gradients bit-identical to k=0: "
               "%s\n",
               s.layers * 5, ok ? "yes" : "NO");
+  return ok;
+}
+
+bool PrintGraphRows(const Flags& flags, const std::vector<GraphRow>& rows) {
+  if (rows.empty()) return true;
+  std::printf(
+      "\n## CUDA graph: the step captured once and launched (SPEC "
+      "§5.7)\n\n"
+      "Per k, in this order: eager steps through a fresh Offloader (%d "
+      "warm-up, median of %d); the same step captured once (one warm-up "
+      "iteration, one captured) and launched (%d untimed, median of %d); a "
+      "second capture with the output copied to the host, launched once for "
+      "the byte check. Every timed step starts at a cudaDeviceSynchronize "
+      "and ends at the next one.\n\n",
+      flags.warmup, flags.steps, flags.warmup, flags.steps);
+  std::printf("| k | offl. tensors/step | graph nodes | eager step ms | "
+              "graph step ms | graph/eager | eager GPU ms | graph GPU ms | "
+              "eager host us/step | eager Offloader us/step | graph Launch us "
+              "| graph host us/step | eager Offloader us/offl. tensor | graph "
+              "host us/offl. tensor | eager act. peak GiB | graph memory GiB "
+              "| capture ms | instantiate ms | bit-identical |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+              "---|---|---|---|\n");
+  bool ok = true;
+  for (const GraphRow& r : rows) {
+    char per_eager[32] = "-", per_graph[32] = "-";
+    if (r.offloaded_tensors > 0) {
+      std::snprintf(per_eager, sizeof(per_eager), "%.2f",
+                    r.eager_engine_ns / r.offloaded_tensors / 1e3);
+      std::snprintf(per_graph, sizeof(per_graph), "%.3f",
+                    r.graph_host_ns / r.offloaded_tensors / 1e3);
+    }
+    std::string same = "yes";
+    if (!r.grads_identical || !r.identical) {
+      same = std::string("NO (timed graph's gradients ") +
+             (r.grads_identical ? "equal" : "differ") +
+             ", check graph's output and gradients " +
+             (r.identical ? "equal" : "differ") + ")";
+      ok = false;
+    }
+    std::printf("| %d | %.0f | %lld | %.2f | %.2f | x%.3f | %.2f | %.2f | "
+                "%.1f | %.1f | %.1f | %.1f | %s | %s | %.2f | %.2f | %.1f | "
+                "%.1f | %s |\n",
+                r.k, r.offloaded_tensors, (long long)r.nodes,
+                r.eager_wall_ns / 1e6, r.graph_wall_ns / 1e6,
+                r.graph_wall_ns / r.eager_wall_ns, r.eager_gpu_ns / 1e6,
+                r.graph_gpu_ns / 1e6, r.eager_host_ns / 1e3,
+                r.eager_engine_ns / 1e3, r.launch_ns / 1e3,
+                r.graph_host_ns / 1e3, per_eager, per_graph, GiB(r.eager_peak),
+                GiB(r.graph_memory), r.capture_ns / 1e6,
+                r.instantiate_ns / 1e6, same.c_str());
+  }
+  std::printf(
+      "\nstep ms: host clock, sync to sync (as the k table). GPU ms: timing "
+      "events on the compute stream around the step's work (eager: recorded "
+      "before RunStep and after it returns; graph: around Launch). eager "
+      "host us/step: RunStep's wall time, all the host does to enqueue a "
+      "step (Offloader calls, device allocations and frees, GEMM launches; "
+      "a blocking call would count too); eager Offloader us: the part inside "
+      "Offloader calls. graph Launch us: the Backend::Launch call "
+      "(cudaGraphLaunch); graph host us/step: the whole host side of a "
+      "launched step (the start event's record and Launch; no Offloader "
+      "call, allocation or GEMM launch runs on the host). Per offloaded "
+      "tensor: per step divided by the tensors offloaded per step. eager "
+      "act. peak: the device pool's UsedMemHigh over the eager timed steps; "
+      "graph memory: the device's graph memory (cudaGraphMemAttrUsedMemHigh "
+      "or UsedMemCurrent, the larger) of the timed launches: the memory "
+      "nodes' physical memory, another allocator's count. bit-identical: "
+      "the timed graph's %d weight gradients, and the check graph's output "
+      "and gradients, against the eager step of the same k.\n",
+      flags.shape.layers * 5);
+  // How the host cost per step moves with the number of tensors.
+  double eager_lo = 1e300, eager_hi = 0, graph_lo = 1e300, graph_hi = 0;
+  double tensors_lo = 1e300, tensors_hi = 0;
+  for (const GraphRow& r : rows) {
+    eager_lo = std::min(eager_lo, r.eager_host_ns);
+    eager_hi = std::max(eager_hi, r.eager_host_ns);
+    graph_lo = std::min(graph_lo, r.graph_host_ns);
+    graph_hi = std::max(graph_hi, r.graph_host_ns);
+    tensors_lo = std::min(tensors_lo, r.offloaded_tensors);
+    tensors_hi = std::max(tensors_hi, r.offloaded_tensors);
+  }
+  std::printf(
+      "host us per step over these rows (%.0f to %.0f offloaded tensors per "
+      "step): eager %.1f to %.1f, graph %.1f to %.1f\n",
+      tensors_lo, tensors_hi, eager_lo / 1e3, eager_hi / 1e3, graph_lo / 1e3,
+      graph_hi / 1e3);
+  std::printf("graph rows bit-identical to their eager steps: %s\n",
+              ok ? "yes" : "NO");
   return ok;
 }
 

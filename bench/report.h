@@ -4,7 +4,10 @@
 #ifndef OFFLOAD_BENCH_REPORT_H_
 #define OFFLOAD_BENCH_REPORT_H_
 
+#include <vector>
+
 #include "bench/flags.h"
+#include "bench/graph_sweep.h"
 #include "bench/layer_stack.h"
 #include "bench/offload_sweep.h"
 #include "bench/pinned_bandwidth.h"
@@ -23,6 +26,12 @@ void PrintPinnedPeak(const PinnedPeak& peak);
 // Returns whether every k was bit-identical to k = 0.
 // REQUIRES: `sweep.rows` is not empty.
 bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h);
+
+// The CUDA graph table (--graph_k, graph_sweep.h): per k, the eager and the
+// launched step's time, host time per step and per offloaded tensor, memory
+// and bytes, with what each column is. Returns whether every row's bytes
+// equal its eager step's. Prints nothing for no rows.
+bool PrintGraphRows(const Flags& flags, const std::vector<GraphRow>& rows);
 
 }  // namespace offload::bench
 

@@ -20,7 +20,9 @@
 # if a run failed or was not bit-identical. Extra flags for both runs go in
 # BENCH_FLAGS, e.g. BENCH_FLAGS=--push_at=layer TIMELINE_K= (the old push
 # points, no timelines). BUDGET_K lists the byte-budget rows (--budget_k;
-# default 1,2,2.5,...,6; empty: none).
+# default 1,2,2.5,...,6; empty: none). GRAPH_K lists the CUDA graph rows
+# (--graph_k: the step captured once and launched, against eager steps of
+# the same k; default 0,2,4; empty: none).
 #
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
@@ -65,6 +67,10 @@ on_device() {
   local budget_k="${BUDGET_K-1,2,2.5,3,3.5,4,4.5,5,5.5,6}"
   local budget=()
   [[ -n "$budget_k" ]] && budget=(--budget_k="$budget_k")
+  # CUDA graph rows (SPEC §5.7; empty: none).
+  local graph_k="${GRAPH_K-0,2,4}"
+  local graph=()
+  [[ -n "$graph_k" ]] && graph=(--graph_k="$graph_k")
   for cfg in "4096 8192" "2048 16384"; do
     set -- $cfg
     local name="h$1"
@@ -76,7 +82,7 @@ on_device() {
     echo "===== hidden $1 tokens $2"
     timeout --kill-after=10 "${BENCH_TIMEOUT_S:-240}" \
       "$dir/layer_stack_bench" --hidden="$1" --tokens="$2" "${timeline[@]}" \
-      "${budget[@]}" \
+      "${budget[@]}" "${graph[@]}" \
       ${BENCH_FLAGS:-} \
       >"$out/$name.md" 2>"$out/$name.log"
     local rc=$?

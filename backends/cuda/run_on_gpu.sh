@@ -4,17 +4,20 @@
 # Here (the build machine, no GPU):
 #   backends/cuda/run_on_gpu.sh
 # builds `bazel build --config=gpu //backends/cuda:all` and
-# `bazel build --config=gpu -c opt //bench:overlap_check_test` (the GPU CI
-# overlap check, timed, so optimized like layer_stack_bench), copies the test
+# `bazel build --config=gpu -c opt //bench:overlap_check_test
+# //bench:graph_capture_test` (the GPU CI overlap check, timed, so optimized
+# like layer_stack_bench; the layer stack's step as a CUDA graph against the
+# eager step, byte for byte), copies the test
 # and benchmark binaries and this script into .gpu/ (ignored by git; the
 # bazel-bin symlink does not travel to the GPU machine), and prints the one
 # command to run there, with .gpu carried along (docs/gpu.md).
 #
 # There (`--on-device`, from the repository root): runs every test binary
-# (the overlap check included; its OVERLAP_* environment passes through),
-# then compute-sanitizer memcheck, racecheck and synccheck on the conformance,
-# backend, graph, pipeline and budget tests and on a quick benchmark run, then
-# the copy benchmark.
+# (the overlap check and the graph capture test included; their OVERLAP_*
+# and GRAPH_CAPTURE_* environment passes through), then compute-sanitizer
+# memcheck, racecheck and synccheck on the conformance, backend, graph,
+# pipeline and budget tests, the graph capture test (smaller: hidden 512,
+# 1024 tokens) and a quick benchmark run, then the copy benchmark.
 # Logs go to $OUT (at most 8 files come back): device.txt, tests.log,
 # memcheck.log, racecheck.log, synccheck.log, benchmark.log, benchmark.md,
 # summary.txt. Exits non-zero if any step failed.
@@ -25,7 +28,7 @@ BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
           cuda_budget_test cuda_copy_benchmark)
 # Built from bench/ with -c opt (its own output folder: the binaries above
 # stay fastbuild).
-BENCH_TESTS=(overlap_check_test)
+BENCH_TESTS=(overlap_check_test graph_capture_test)
 
 build_here() {
   set -e
@@ -106,6 +109,11 @@ on_device() {
   done
   step "overlap_check_test" "$out/tests.log" 240 "$dir/overlap_check_test"
   grep -h "OVERLAP_SUMMARY" "$out/tests.log" | tail -1 | tee -a "$summary"
+  # The layer stack's step captured as a CUDA graph (bench/graph_capture_test.cc:
+  # every output and gradient byte of three launches equal to the eager
+  # step's; less graph memory than without offloading).
+  step "graph_capture_test" "$out/tests.log" 240 "$dir/graph_capture_test"
+  grep -h "GRAPH_CAPTURE_SUMMARY" "$out/tests.log" | tail -2 | tee -a "$summary"
 
   # 2. compute-sanitizer. The backend test runs in three parts: its error
   # tests make CUDA calls fail on purpose (API error reporting off for them),
@@ -130,6 +138,7 @@ on_device() {
       "graph errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_graph_test --gtest_filter=$graph_errors"
       "pipeline|${cs[*]} $dir/cuda_pipeline_test"
       "budget|${cs[*]} $dir/cuda_budget_test"
+      "graph capture (layer stack, hidden 512)|env GRAPH_CAPTURE_HIDDEN=512 GRAPH_CAPTURE_TOKENS=1024 ${cs[*]} $dir/graph_capture_test"
       "benchmark --quick|${cs[*]} $dir/cuda_copy_benchmark --quick"
     )
     for part in "${parts[@]}"; do
