@@ -138,7 +138,15 @@ on_device() {
       "graph errors (api errors not reported)|${cs[*]} --report-api-errors no $dir/cuda_graph_test --gtest_filter=$graph_errors"
       "pipeline|${cs[*]} $dir/cuda_pipeline_test"
       "budget|${cs[*]} $dir/cuda_budget_test"
+    )
+    # The layer-stack graph test runs cuBLAS. racecheck checks shared memory
+    # inside each kernel, and flags cuBLAS's own sm90 GEMM kernels (nvjet_*;
+    # all 100 reports displayed of 968, H200, 2026-11-23): nothing about our
+    # stream ordering, which memcheck and synccheck cover. So not racecheck.
+    [[ $tool != racecheck ]] && parts+=(
       "graph capture (layer stack, hidden 512)|env GRAPH_CAPTURE_HIDDEN=512 GRAPH_CAPTURE_TOKENS=1024 ${cs[*]} $dir/graph_capture_test"
+    )
+    parts+=(
       "benchmark --quick|${cs[*]} $dir/cuda_copy_benchmark --quick"
     )
     for part in "${parts[@]}"; do
