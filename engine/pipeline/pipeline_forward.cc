@@ -187,9 +187,9 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
                                core_.backend().NewEvent());
       ready = std::move(event);
     }
-    Tensor delayed = tensor;
-    delayed.ready = ready;
-    OFFLOAD_ASSIGN_OR_RETURN(index, slots_[slot].group->AddPushed(delayed));
+    // Added with that event as its ready point; the tensor itself stays as
+    // pushed (Pop hands it back unchanged, never with the engine's event).
+    index = slots_[slot].group->Add(tensor, ready, /*ready_from_push=*/false);
   } else {
     OFFLOAD_ASSIGN_OR_RETURN(index, slots_[slot].group->AddPushed(tensor));
   }
