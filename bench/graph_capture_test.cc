@@ -13,9 +13,9 @@
 //  3. The launches offloaded: the capture enqueued k layers' saved bytes
 //     each way (Offloader stats), and the graph memory of a launch
 //     (cudaGraphMemAttrUsedMemHigh / UsedMemCurrent: the physical memory
-//     mapped for the graph's allocation nodes) is at least half a layer's
-//     saved bytes below that of the same step captured without offloading
-//     (whose bytes must match too).
+//     mapped for the graph's allocation nodes) is below that of the same
+//     step captured without offloading (whose bytes must match too) and at
+//     most the eager step's pool peak plus one 32 MiB granule.
 //
 // Before each step or launch the output's host copy and every gradient are
 // zeroed (GpuExec::ClearResults), so a check cannot pass on an earlier
@@ -159,6 +159,8 @@ class GraphCaptureTest : public ::testing::Test {
     be_.reset();
   }
 
+  uint64_t eager_pool_high_ = 0;  // of the last EagerReference
+
   OffloadOptions Options(int k) const {
     OffloadOptions oo = BenchOptions(s_, k, -1, false);
     oo.min_offload_elements = 4096;  // smaller shapes offload all five too
@@ -189,6 +191,7 @@ class GraphCaptureTest : public ::testing::Test {
                                    &pool_high),
            "pool UsedMemHigh");
     }
+    eager_pool_high_ = pool_high;
     std::printf("eager: 3 steps, %.1f MiB offloaded, device pool peak %.1f "
                 "MiB\n",
                 MiB(double(off->stats().bytes_offloaded)),
@@ -264,9 +267,21 @@ class GraphCaptureTest : public ::testing::Test {
         << "the captured step should copy " << layers << " layers back";
     EXPECT_EQ(none.bytes_offloaded, 0);
     EXPECT_GT(graph.nodes, none.nodes) << "the copies are graph nodes";
-    EXPECT_LE(graph.memory + layer_bytes / 2, none.memory)
+    EXPECT_LT(graph.memory, none.memory)
         << "graph memory with offloading " << MiB(double(graph.memory))
         << " MiB, without " << MiB(double(none.memory)) << " MiB";
+    // As little as the eager step's pool, but for the graph allocator's
+    // granularity (it maps 32 MiB at a time on the H200: 84 MiB eager came
+    // out as 96 MiB). Before a captured reload took one block per span, the
+    // graph held 128 MiB here (one group-sized block did not fit in the
+    // separately freed activations).
+    constexpr uint64_t kGraphGranule = uint64_t{32} << 20;
+    if (eager_pool_high_ > 0) {
+      EXPECT_LE(graph.memory, eager_pool_high_ + kGraphGranule)
+          << "graph memory " << MiB(double(graph.memory))
+          << " MiB, eager pool peak " << MiB(double(eager_pool_high_))
+          << " MiB";
+    }
     std::printf("GRAPH_CAPTURE_SUMMARY case=%s offloaded_layers=%d "
                 "graph_mib=%.1f no_offload_graph_mib=%.1f nodes=%lld/%lld\n",
                 what.c_str(), layers, MiB(double(graph.memory)),

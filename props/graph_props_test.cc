@@ -102,14 +102,23 @@ std::string Text(const StreamOps& ops) {
   return out;
 }
 
+// Consecutive allocations (or frees) on a stream count as one of their total
+// bytes: under a capture a reload takes one block per span where an eager
+// reload takes one per group (OffloadGroup::StartReload), by design.
 StreamOps OpsSince(const SimBackend& sim, size_t from) {
   StreamOps ops;
   const auto& trace = sim.trace();
   for (size_t i = from; i < trace.size(); ++i) {
     const SimTraceEntry& e = trace[i];
     if (e.phase != SimPhase::kStart) continue;
+    std::vector<OpKey>& stream = ops[e.stream_name];
+    const bool memory = e.kind == SimOpKind::kAlloc || e.kind == SimOpKind::kFree;
+    if (memory && !stream.empty() && std::get<0>(stream.back()) == e.kind) {
+      std::get<1>(stream.back()) += e.bytes;
+      continue;
+    }
     const bool named = e.kind == SimOpKind::kKernel;
-    ops[e.stream_name].emplace_back(e.kind, e.bytes, named ? e.label : "");
+    stream.emplace_back(e.kind, e.bytes, named ? e.label : "");
   }
   return ops;
 }

@@ -390,8 +390,17 @@ Status OffloadGroup::StartReload() {
     sizes.push_back(spans_[k].bytes);
     placed.push_back(k);
   }
-  const BlockLayout layout =
-      PackByTag(sizes, std::vector<int64_t>(sizes.size(), 0));
+  // Under a graph capture, one block per span: CUDA's graph allocator
+  // reuses a freed allocation only for a later one that fits in it and does
+  // not merge neighbouring frees as the stream-ordered pool does, so one
+  // group-sized block finds no room in the layer's separately freed
+  // activations (measured on the H200: the graph then held one layer more
+  // than the eager step, docs/graphs.md).
+  std::vector<int64_t> block_tags(sizes.size(), 0);
+  if (backend.IsCapturing(compute)) {
+    for (size_t i = 0; i < block_tags.size(); ++i) block_tags[i] = int64_t(i);
+  }
+  const BlockLayout layout = PackByTag(sizes, block_tags);
   std::vector<std::shared_ptr<Buffer>> blocks;
   auto free_new = [&](Stream& stream) {
     Status first = OkStatus();

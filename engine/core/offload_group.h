@@ -124,7 +124,8 @@ class OffloadGroup {
 
   // Allocates one device block for all spans (each a sub-range of it, a
   // BlockSlice; a span whose size is not a multiple of 256 bytes ends its
-  // block, see PackByTag) on the compute stream, makes the H2D stream wait for that
+  // block, see PackByTag; while the compute stream is capturing a graph,
+  // one block per span) on the compute stream, makes the H2D stream wait for that
   // point (and for the group's copies to host when ReleaseAfterCopies
   // released without the compute stream waiting), copies each span back in
   // span order and records one event per span. A no-op when kept on device.
