@@ -2,6 +2,7 @@
 
 #include <library_types.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -230,6 +231,24 @@ cudaEvent_t GpuExec::CalibEvent() {
     calib_events_.push_back(e);
   }
   return calib_events_[calib_next_++];
+}
+
+uint64_t GraphMemory(int device) {
+  uint64_t high = 0, current = 0;
+  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh,
+                                      &high),
+       "graph UsedMemHigh");
+  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemCurrent,
+                                      &current),
+       "graph UsedMemCurrent");
+  return std::max(high, current);
+}
+
+void ResetGraphMemoryHigh(int device) {
+  uint64_t zero = 0;
+  Cuda(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh,
+                                      &zero),
+       "reset graph UsedMemHigh");
 }
 
 }  // namespace offload::bench

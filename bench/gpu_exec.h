@@ -125,6 +125,14 @@ class GpuExec final : public Exec {
   std::vector<int64_t> calib_bytes_;
 };
 
+// CUDA graph memory of `device` (the physical memory mapped for graphs'
+// allocation nodes): the larger of its high-water mark since the last reset
+// and what is mapped now (a launch's memory stays mapped for its exec).
+// Dies on a CUDA error.
+uint64_t GraphMemory(int device);
+// Resets that high-water mark. Dies on a CUDA error.
+void ResetGraphMemoryHigh(int device);
+
 }  // namespace offload::bench
 
 #endif  // OFFLOAD_BENCH_GPU_EXEC_H_

@@ -81,27 +81,6 @@ Shape TestShape() {
 
 double MiB(double bytes) { return bytes / 1048576.0; }
 
-// Graph memory of the device: the high-water mark since the last reset and
-// what is mapped now (a launch's memory stays mapped for its exec), the
-// larger of the two.
-uint64_t GraphMemory(int device) {
-  uint64_t high = 0, current = 0;
-  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh,
-                                      &high),
-       "graph UsedMemHigh");
-  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemCurrent,
-                                      &current),
-       "graph UsedMemCurrent");
-  return std::max(high, current);
-}
-
-void ResetGraphMemoryHigh(int device) {
-  uint64_t zero = 0;
-  Cuda(cudaDeviceSetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh,
-                                      &zero),
-       "reset graph UsedMemHigh");
-}
-
 // "3 of 2097152 bytes differ, the first at 17" or "".
 std::string Differ(const std::vector<uint8_t>& want,
                    const std::vector<uint8_t>& got) {

@@ -20,19 +20,6 @@
 namespace offload::bench {
 namespace {
 
-// The larger of the graph memory high-water mark since the last reset and
-// what is mapped now (a launch's memory stays mapped for its exec).
-uint64_t GraphMemory(int device) {
-  uint64_t high = 0, current = 0;
-  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemHigh,
-                                      &high),
-       "graph UsedMemHigh");
-  Cuda(cudaDeviceGetGraphMemAttribute(device, cudaGraphMemAttrUsedMemCurrent,
-                                      &current),
-       "graph UsedMemCurrent");
-  return std::max(high, current);
-}
-
 // Whether the weight-gradient hashes (all but the output's, the first) agree.
 bool SameGradients(const std::vector<uint64_t>& a,
                    const std::vector<uint64_t>& b) {
@@ -131,10 +118,7 @@ std::vector<GraphRow> RunGraphRows(GpuExec& ex, CudaBackend& be,
           Must(be.Instantiate(*captured.graph), "Instantiate");
       row.instantiate_ns = NsSince(ti);
       ex.ClearResults();
-      uint64_t zero = 0;
-      Cuda(cudaDeviceSetGraphMemAttribute(be.device(),
-                                          cudaGraphMemAttrUsedMemHigh, &zero),
-           "reset graph UsedMemHigh");
+      ResetGraphMemoryHigh(be.device());
       for (int w = 0; w < flags.warmup; ++w) {
         Must(be.Launch(*exec, compute), "Launch");
       }

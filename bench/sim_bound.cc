@@ -1,6 +1,7 @@
 #include "bench/sim_bound.h"
 
 #include <cstdio>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,11 @@ class SimExec final : public Exec {
 };
 
 }  // namespace
+
+std::unique_ptr<Exec> NewSimExec(SimBackend& sim,
+                                 const std::array<double, kGemms>& ns) {
+  return std::make_unique<SimExec>(sim, ns);
+}
 
 SimResult SimulateSchedule(const Shape& s, int k,
                            const std::array<double, kGemms>& ns,

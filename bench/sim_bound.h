@@ -11,7 +11,9 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
+#include "backends/sim/sim_backend.h"
 #include "bench/layer_stack.h"
 
 namespace offload::bench {
@@ -37,6 +39,12 @@ SimResult SimulateSchedule(const Shape& s, const OffloadOptions& options,
                            const std::array<double, kGemms>& ns,
                            double d2h_gbps, double h2d_gbps,
                            bool print_trace = false);
+
+// The layer stack's GEMMs on `sim`: kernel g takes ns[g] nanoseconds and
+// declares the activations it reads and writes (for the hazard detector);
+// no weights, gradients or bytes. REQUIRES: `sim` outlives the Exec.
+std::unique_ptr<Exec> NewSimExec(SimBackend& sim,
+                                 const std::array<double, kGemms>& ns);
 
 }  // namespace offload::bench
 
