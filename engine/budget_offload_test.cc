@@ -10,6 +10,7 @@
 #include "engine/offload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/fault_backend.h"
 #include "testing/offload_test_util.h"
 #include "testing/status_matchers.h"
 #include "testing/tensor_util.h"
@@ -194,6 +195,151 @@ TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
   EXPECT_THAT(off->PopComposite(saved.back()),
               StatusIs(StatusCode::kInvalidArgument));
   EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
+}
+
+
+// SPEC §4.7 "as soon as the budget has room": the memory of a reloaded unit
+// goes back when the caller drops the last popped view of it, not at the
+// next engine call, and the reload that was waiting for that room starts
+// there too. Six layers of one tensor, a budget of two: layers 0..3 are
+// offloaded; in the backward, dropping the popped tensor of layer 3 (after
+// its reader is enqueued) frees it and starts layer 1's reload, before
+// BackwardStep(2).
+TEST_F(BudgetOffloadTest, DroppingAPoppedTensorFreesItAndStartsTheNextReload) {
+  OffloadOptions o = Options(2 * kTensorBytes);
+  o.model_layers = 6;
+  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, o));
+  for (int it = 1; it <= 2; ++it) {
+    std::vector<SavedTensor> saved;
+    for (int l = 0; l < 6; ++l) {
+      ASSERT_OK(off->ForwardStep().status());
+      ASSERT_OK_AND_ASSIGN(Tensor x,
+                           Produce(sim_, DType::kF32, {64, 64}, 10 * it + l));
+      ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+      saved.push_back(h);
+    }
+    for (int l = 5; l >= 0; --l) {
+      ASSERT_OK(off->BackwardStep(l));
+      ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
+      saved[l] = SavedTensor();
+      ASSERT_OK(Consume(sim_, {x}, 1000));
+      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, ReadTensorBytes(sim_, x));
+      EXPECT_EQ(bytes, PatternTensorBytes(x, 10 * it + l)) << "layer " << l;
+      Tensor view = x;  // a second view: the memory stays until both go
+      x = Tensor();
+      if (it == 2 && l == 3) {
+        EXPECT_EQ(off->state(3), GroupState::kReloadStarted);
+        EXPECT_EQ(off->stats().bytes_reloaded, 2 * kTensorBytes);
+      }
+      view = Tensor();
+      if (it == 2 && l == 3) {
+        EXPECT_EQ(off->state(3), GroupState::kReleased);
+        EXPECT_EQ(off->stats().bytes_reloaded, 3 * kTensorBytes);
+        EXPECT_EQ(off->state(1), GroupState::kReloadStarted);
+      }
+    }
+    ASSERT_OK(off->FinishBackward());
+    if (it == 1) {
+      EXPECT_TRUE(off->WillOffload(3)) << off->BudgetPlanText();
+      EXPECT_FALSE(off->WillOffload(4)) << off->BudgetPlanText();
+      sim_.RunUntilIdle();
+      sim_.ResetPeaks();
+    }
+  }
+  sim_.RunUntilIdle();
+  EXPECT_EQ(off->stats().bytes_reloaded, 4 * kTensorBytes);
+  EXPECT_LE(sim_.device_memory().peak_bytes, 2 * kTensorBytes);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+  EXPECT_THAT(off->diagnostics().warnings(), IsEmpty());
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
+}
+
+// A popped tensor may outlive its iteration and the Offloader: dropping it
+// then does nothing but give its memory back.
+TEST_F(BudgetOffloadTest, PoppedTensorsMayOutliveTheIterationAndTheOffloader) {
+  OffloadOptions o = Options(2 * kTensorBytes);
+  o.model_layers = 6;
+  std::vector<Tensor> kept;
+  {
+    ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, o));
+    for (int it = 1; it <= 3; ++it) {
+      std::vector<SavedTensor> saved;
+      for (int l = 0; l < 6; ++l) {
+        ASSERT_OK(off->ForwardStep().status());
+        ASSERT_OK_AND_ASSIGN(Tensor x,
+                             Produce(sim_, DType::kF32, {64, 64}, 10 * it + l));
+        ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+        saved.push_back(h);
+      }
+      for (int l = 5; l >= 0; --l) {
+        ASSERT_OK(off->BackwardStep(l));
+        ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
+        saved[l] = SavedTensor();
+        ASSERT_OK(Consume(sim_, {x}, 1000));
+        if (it >= 2 && l == 0) kept.push_back(x);  // offloaded in both
+      }
+      saved.clear();
+      ASSERT_OK(off->FinishBackward());
+    }
+    kept.erase(kept.begin());  // iteration 2's, dropped in iteration 3's wake
+    EXPECT_THAT(off->diagnostics().warnings(), IsEmpty());
+  }
+  ASSERT_EQ(kept.size(), 1u);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
+                       ReadTensorBytes(sim_, kept[0]));
+  EXPECT_EQ(bytes, PatternTensorBytes(kept[0], 30));
+  kept.clear();
+  sim_.RunUntilIdle();
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+}
+
+
+// The work a dropped view starts cannot return a status: when it fails it
+// is warned about, nothing is freed unordered, and the next call retries.
+// Here the reload that the drop of layer 3's tensor starts finds no device
+// memory; BackwardStep(2) starts it; every byte comes back.
+TEST_F(BudgetOffloadTest, AFailureAtADropIsWarnedAndRetriedAtTheNextCall) {
+  FaultInjectingBackend fault(sim_);
+  OffloadOptions o = Options(2 * kTensorBytes);
+  o.model_layers = 6;
+  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(fault, o));
+  for (int it = 1; it <= 2; ++it) {
+    std::vector<SavedTensor> saved;
+    for (int l = 0; l < 6; ++l) {
+      ASSERT_OK(off->ForwardStep().status());
+      ASSERT_OK_AND_ASSIGN(
+          Tensor x, MakeDeviceTensor(fault, DType::kF32, {64, 64}, 10 * it + l));
+      ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+      saved.push_back(h);
+    }
+    for (int l = 5; l >= 0; --l) {
+      ASSERT_OK(off->BackwardStep(l));
+      if (it == 2 && l == 2) {
+        EXPECT_EQ(off->state(1), GroupState::kReloadStarted);
+      }
+      ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
+      saved[l] = SavedTensor();
+      ASSERT_OK(Consume(sim_, {x}, 1000));
+      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, ReadTensorBytes(fault, x));
+      EXPECT_EQ(bytes, PatternTensorBytes(x, 10 * it + l)) << "layer " << l;
+      if (it == 2 && l == 3) fault.FailDeviceAllocations(0, 1);
+      x = Tensor();
+      if (it == 2 && l == 3) {
+        EXPECT_EQ(fault.injected(), 1);
+        EXPECT_EQ(off->state(3), GroupState::kReleased);
+        EXPECT_EQ(off->state(1), GroupState::kOffloadFinished);
+        ASSERT_EQ(off->diagnostics().warnings().size(), 1u);
+        EXPECT_THAT(off->diagnostics().warnings()[0],
+                    HasSubstr("retried at the next call"));
+      }
+    }
+    ASSERT_OK(off->FinishBackward());
+  }
+  sim_.RunUntilIdle();
+  EXPECT_EQ(off->stats().bytes_reloaded, 4 * kTensorBytes);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
 }
 
 }  // namespace

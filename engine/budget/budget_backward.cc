@@ -33,7 +33,13 @@ Status Offloader::BudgetPolicy::RunReloads(int call) {
   if (!plan_.has_value()) return OkStatus();
   while (next_reload_ < reload_order_.size()) {
     const int unit = reload_order_[next_reload_];
-    if (plan_->reload_at[unit] > call) break;
+    // Due at this call, or earlier where the budget has room: only where
+    // this iteration follows the plan (else the units are not its units).
+    if (plan_->reload_at[unit] > call &&
+        (!planned() ||
+         ResidentNow() + recording_->units[unit].bytes > budget_)) {
+      break;
+    }
     if (unit < static_cast<int>(units_.size()) && units_[unit].offloaded &&
         groups_[unit]->state() == GroupState::kOffloadFinished) {
       OFFLOAD_RETURN_IF_ERROR(groups_[unit]->StartReload());
@@ -44,6 +50,7 @@ Status Offloader::BudgetPolicy::RunReloads(int call) {
 }
 
 Status Offloader::BudgetPolicy::BackwardStep(int layer) {
+  Busy busy(busy_);
   const int n = options_.model_layers;
   if (!options_.enabled) return OkStatus();
   const std::string where =
@@ -135,8 +142,87 @@ void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
   }
 }
 
+int64_t Offloader::BudgetPolicy::ResidentNow() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const Unit& unit = units_[i];
+    if (!unit.offloaded) {
+      if (!unit.watch.expired()) bytes += unit.bytes;
+      continue;
+    }
+    const GroupState state = groups_[i]->state();
+    if (state != GroupState::kOffloadFinished &&
+        state != GroupState::kReleased) {
+      bytes += unit.bytes;
+    }
+  }
+  return bytes;
+}
+
+Tensor Offloader::BudgetPolicy::PoppedView(Tensor tensor, int unit) {
+  if (unit >= 0) {
+    if (static_cast<int>(live_views_.size()) <= unit) {
+      live_views_.resize(unit + 1, 0);
+    }
+    ++live_views_[unit];
+  }
+  std::shared_ptr<Storage> held = std::move(tensor.storage);
+  Storage* storage = held.get();
+  // A deleter that only lets go of the real handle, then tells the policy
+  // (if it still exists): the storage itself lives as long as anyone else
+  // holds it, as before.
+  tensor.storage = std::shared_ptr<Storage>(
+      storage, [held = std::move(held), hub = std::weak_ptr<DropHub>(hub_),
+                unit, iteration = iteration_](Storage*) mutable {
+        held.reset();
+        if (std::shared_ptr<DropHub> alive = hub.lock();
+            alive != nullptr && alive->policy != nullptr) {
+          alive->policy->OnViewDropped(unit, iteration);
+        }
+      });
+  return tensor;
+}
+
+void Offloader::BudgetPolicy::OnViewDropped(int unit, uint64_t iteration) {
+  if (iteration != iteration_) return;
+  if (unit >= 0) {
+    if (unit >= static_cast<int>(live_views_.size())) return;
+    if (--live_views_[unit] > 0) return;
+  }
+  // Inside a call (the engine let go of a view itself), the call's own
+  // frees and reloads follow the plan.
+  if (busy_ > 0 || !planned()) return;
+  Busy busy(busy_);
+  if (unit >= 0 && unit < static_cast<int>(units_.size()) &&
+      units_[unit].offloaded && units_[unit].pops >= groups_[unit]->size()) {
+    const GroupState state = groups_[unit]->state();
+    if (state == GroupState::kReloadStarted ||
+        state == GroupState::kKeptOnDevice) {
+      Status released =
+          groups_[unit]->ReleaseAll(options_.retain_pinned_buffers);
+      if (!released.ok()) {
+        core_.Warn("activation budget: freeing " + groups_[unit]->Where() +
+                   " when its last popped view was dropped: " +
+                   released.ToString());
+      }
+    }
+  }
+  Status reloads = RunReloads(-1);
+  if (!reloads.ok()) {
+    core_.Warn("activation budget: a reload started when a popped view was "
+               "dropped failed and is retried at the next call: " +
+               reloads.ToString());
+  }
+}
+
 StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
-  if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
+  if (const SavedTensor::Kept* kept = saved.kept()) {
+    // Dropping it can make room for a reload: tell the policy then.
+    if (planned() && next_reload_ < reload_order_.size()) {
+      return PoppedView(kept->tensor, -1);
+    }
+    return kept->tensor;
+  }
   const SavedTensor::InGroup* entry = saved.group_entry();
   if (entry == nullptr || entry->group < 0 ||
       entry->group >= static_cast<int>(groups_.size()) ||
@@ -151,7 +237,8 @@ StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
     // here; the pop then waits for it.
     OFFLOAD_RETURN_IF_ERROR(group.StartReload().WithContext("Pop"));
   }
-  return group.Pop(entry->index);
+  OFFLOAD_ASSIGN_OR_RETURN(Tensor tensor, group.Pop(entry->index));
+  return PoppedView(std::move(tensor), entry->group);
 }
 
 Status Offloader::BudgetPolicy::CheckPoppable(const SavedTensor& saved,
@@ -187,6 +274,7 @@ Status Offloader::BudgetPolicy::CheckPoppable(const SavedTensor& saved,
 }
 
 StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
+  Busy busy(busy_);
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
                                       options_.enabled, "Pop", "Offloader"));
   // Checked before the frees and reloads this call runs: a refused pop
@@ -207,6 +295,7 @@ StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
 
 StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
     const SavedTensor& saved) {
+  Busy busy(busy_);
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
                                       options_.enabled, "PopComposite",
                                       "Offloader"));
@@ -271,6 +360,7 @@ Status Offloader::BudgetPolicy::MakePlan() {
 }
 
 Status Offloader::BudgetPolicy::FinishBackward() {
+  Busy busy(busy_);
   if (!options_.enabled) {
     forward_count_ = 0;
     return OkStatus();
@@ -302,6 +392,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
   pending_releases_.clear();
   deferred_frees_.clear();
   next_reload_ = 0;
+  live_views_.clear();
   return first.WithContext("FinishBackward (the iteration ended)");
 }
 

@@ -27,10 +27,15 @@ Offloader::BudgetPolicy::BudgetPolicy(Backend& backend,
             CoreOptions{options.min_span_coverage, options.skip_sparse_views,
                         options.warnings_to_stderr}) {
   backward_begun_.assign(options_.model_layers, false);
+  hub_->policy = this;
 }
 
-// Groups go first, each freeing its memory ordered after its copies.
-Offloader::BudgetPolicy::~BudgetPolicy() { groups_.clear(); }
+// Popped views that outlive the policy tell nobody. Groups go first, each
+// freeing its memory ordered after its copies.
+Offloader::BudgetPolicy::~BudgetPolicy() {
+  hub_->policy = nullptr;
+  groups_.clear();
+}
 
 std::string Offloader::BudgetPolicy::Iteration() const {
   return "iteration " + std::to_string(iteration_);
@@ -95,6 +100,7 @@ Status Offloader::BudgetPolicy::Manual(const char* call, int layer) {
 // Forward.
 
 StatusOr<int> Offloader::BudgetPolicy::ForwardStep() {
+  Busy busy(busy_);
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
   OFFLOAD_RETURN_IF_ERROR(
@@ -250,6 +256,7 @@ void Offloader::BudgetPolicy::RetryReleases() {
 }
 
 StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
+  Busy busy(busy_);
   if (!options_.enabled) return SavedTensor(owner_, iteration_, -1,
                                             SavedTensor::Kept{tensor});
   if (open_layer_ < 0) return CheckPush("tensor " + tensor.Describe());
@@ -267,6 +274,7 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
 
 StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(
     const CompositeTensor& tensor) {
+  Busy busy(busy_);
   const bool enabled = options_.enabled;
   if (enabled) {
     OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));

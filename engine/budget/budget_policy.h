@@ -14,9 +14,15 @@
 //  - at the start of the BackwardStep or Pop the plan names, a unit's
 //    reload starts; a Pop of a unit whose reload has not started (the
 //    workload changed) starts it there;
-//  - at the start of the backward call after all of a unit's handles were
-//    popped and the popped tensors dropped (as recorded), its reloaded
-//    memory is freed; FinishBackward frees what is left.
+//  - once all of a unit's handles were popped and the caller dropped the
+//    last popped view, its reloaded memory is freed, ordered after the
+//    work enqueued by then (the reader): at that drop (each popped tensor
+//    carries a notice, see PoppedView), or at the latest at the start of
+//    the backward call the recording noted; FinishBackward frees what is
+//    left;
+//  - a reload starts at the plan's backward call, or earlier, in the
+//    plan's order, as soon as it fits in the budget as things are (at a
+//    call or at such a drop): the earliest point the budget has room.
 // A push that does not match the recording (another layer, storage size or
 // order) makes the policy warn, keep every later tensor of the iteration on
 // device, and record the next iteration again; so does a backward whose
@@ -97,7 +103,36 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
     int done_at = -1;
   };
 
+  // What a popped view's drop notice reaches: the policy, or nothing once
+  // it is gone (views may outlive it).
+  struct DropHub {
+    BudgetPolicy* policy = nullptr;
+  };
+  // Marks the policy busy for the scope of a call: a notice that fires
+  // meanwhile (the engine dropping a view itself) only counts the view.
+  class Busy {
+   public:
+    explicit Busy(int& depth) : depth_(depth) { ++depth_; }
+    ~Busy() { --depth_; }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+
+   private:
+    int& depth_;
+  };
+
   std::string Iteration() const;
+  // `tensor` popped from offloaded unit `unit`, with a storage handle that
+  // tells the policy when the caller's last copy of it goes.
+  Tensor PoppedView(Tensor tensor, int unit);
+  // The notice: the view of `unit` popped in `iteration` was dropped. Frees
+  // the unit if that was its last view and every handle was popped, then
+  // starts the reloads that fit; failures are warned (the calls retry).
+  void OnViewDropped(int unit, uint64_t iteration);
+  // Offloadable bytes on device now: units not offloaded that someone still
+  // holds, and offloaded units whose device memory is held (not yet
+  // released in the forward, reloaded, or kept on device).
+  int64_t ResidentNow() const;
   bool planned() const { return plan_.has_value() && !diverged_; }
   Status CheckPush(const std::string& what) const;
   // The unit `tensor` (pushed by push call `push`) belongs to: the last one
@@ -116,8 +151,10 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   // Starts the offload of every unit still collecting pushes (a workload
   // whose units ended early).
   Status CloseUnits();
-  // Starts the reloads the plan puts at or before backward call `call`, in
-  // order. Errors: a reload that failed (kept for a retry).
+  // Starts reloads in the plan's order: each one the plan puts at or
+  // before backward call `call` (`call` < 0: none), and then each that fits
+  // in the budget now (ResidentNow). Errors: a reload that failed (kept
+  // for a retry).
   Status RunReloads(int call);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
   // The errors PopOne would return for `saved` before it changes anything:
@@ -165,6 +202,10 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   std::vector<int> pending_releases_;
   std::vector<int> deferred_frees_;  // due, waiting for their last pop
   size_t next_reload_ = 0;
+  std::vector<int> live_views_;  // per unit: popped views the caller holds
+
+  int busy_ = 0;  // > 0 inside a call (Busy)
+  const std::shared_ptr<DropHub> hub_ = std::make_shared<DropHub>();
 };
 
 }  // namespace offload
