@@ -242,6 +242,43 @@ TEST_F(StackLimitTest, EngineScheduleIsNeverBelowTheLimit) {
   }
 }
 
+// The engine's byte budget counts saved tensors only (SPEC §4.7): the limit
+// for that definition gives the tensors it never sees (the last output) no
+// bytes; it is at least the limit for all activations at the budget plus
+// those bytes (any schedule within the one is within the other), and the
+// engine's budget schedule on the simulator is a schedule within it.
+TEST_F(StackLimitTest, SavedOnlyLimitBoundsTheEnginesByteBudget) {
+  const LimitProblem p =
+      StackLimitProblem(*timeline_, kH4096Ms, Link(55.3), 0,
+                        BudgetCounts::kSavedOnly);
+  ASSERT_EQ(p.tensors.size(), timeline_->tensors.size());
+  int unsaved = 0;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const bool saved = timeline_->tensors[i].saved();
+    EXPECT_EQ(p.tensors[i].bytes, saved ? timeline_->tensors[i].bytes : 0);
+    unsaved += !saved;
+  }
+  EXPECT_EQ(unsaved, 1);
+  const int64_t output = shape_->tokens * shape_->hidden * 2;
+  for (double scale : {1.0, 0.5}) {
+    std::array<double, kGemms> ms = kH4096Ms;
+    for (double& v : ms) v = std::round(v * scale * 1e3) / 1e3;
+    for (double b : {1.0, 1.5, 2.0}) {
+      const int64_t budget = BudgetForK(*shape_, b);
+      const LimitResult saved = Solve(StackLimitProblem(
+          *timeline_, ms, Link(55.3), budget, BudgetCounts::kSavedOnly));
+      const LimitResult all = Solve(
+          StackLimitProblem(*timeline_, ms, Link(55.3), budget + output));
+      ASSERT_TRUE(saved.feasible && all.feasible) << b;
+      EXPECT_GE(saved.step_ms, all.step_ms - 1e-6) << b << " scale " << scale;
+      const SimResult sim = SimulateSchedule(
+          *shape_, BenchOptions(*shape_, 0, b, false), Ns(ms), 55.3, 55.3);
+      EXPECT_LE(saved.step_ms, sim.step_ns / 1e6 + 1e-6)
+          << "budget k" << b << " scale " << scale;
+    }
+  }
+}
+
 TEST(BenchOutputTest, ParsesTheBenchsTables) {
   const std::string text =
       "# layer_stack_bench: NVIDIA H200, layers 8, hidden 2048, tokens "

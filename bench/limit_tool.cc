@@ -16,6 +16,9 @@
 //   2.5GiB  bytes (also MiB, or plain bytes)
 //   0.6x    a fraction of the no-offload peak
 // Default: k1, k1.5, ..., k(layers - 2).
+// For "k" budgets the last two columns give the limit for the engine's own
+// definition of a byte budget (saved tensors only: layers - k layers' saved
+// bytes, the unsaved last output not counted; stack_limit.h BudgetCounts).
 
 #include <algorithm>
 #include <array>
@@ -178,21 +181,23 @@ int Main(int argc, char** argv) {
               "k-of-n sim ms | k-of-n sim / limit | measured ms | "
               "measured ratio | measured / limit | measured / limit (own "
               "GEMMs) | byte budget ms | byte budget ratio | byte budget / "
-              "limit | byte budget / limit (own GEMMs) |\n");
+              "limit | byte budget / limit (own GEMMs) | limit, saved "
+              "only, ms | byte budget / limit saved only (own GEMMs) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-              "\n");
+              "---|---|\n");
   // The GEMMs run at different speeds from configuration to configuration
   // (the H200's power cap moves its clock): a row is also compared with the
   // limit for its own calibrated GEMM times (k = 0's per-GEMM times scaled
   // to that row's per-layer sum).
   const double k0_layer_ms =
       f.have_results && !in.rows.empty() ? in.rows[0].own_layer_ms : 0;
-  auto limit_ms = [&](int64_t bytes, double scale) {
+  auto limit_ms = [&](int64_t bytes, double scale,
+                      BudgetCounts counts = BudgetCounts::kAllActivations) {
     std::array<double, kGemms> ms = in.gemm_ms;
     for (double& m : ms) m *= scale;
-    const LimitResult r =
-        Must(ComputeLimit(StackLimitProblem(timeline, ms, bw, bytes)),
-             "ComputeLimit");
+    const LimitResult r = Must(
+        ComputeLimit(StackLimitProblem(timeline, ms, bw, bytes, counts)),
+        "ComputeLimit");
     return r.feasible ? r.step_ms : -1.0;
   };
   auto versus = [&](const BenchRow* row, int64_t bytes, double limit) {
@@ -216,7 +221,8 @@ int Main(int argc, char** argv) {
     std::printf("| %s | %.3f | x%.3f | ", b.c_str(), GiB(double(bytes)),
                 double(bytes) / double(kofn.At(0).peak_bytes));
     if (limit < 0) {
-      std::printf("infeasible | - | - | - | - | - | - | - | - | - | - | - |\n");
+      std::printf("infeasible | - | - | - | - | - | - | - | - | - | - | - | "
+                  "- | - |\n");
       continue;
     }
     std::printf("%.2f | x%.3f | ", limit, limit / kernels);
@@ -241,6 +247,23 @@ int Main(int argc, char** argv) {
       }
     }
     versus(budget_row, bytes, limit);
+    // The limit for the engine's own definition of the budget: the saved
+    // bytes of layers - k layers, the unsaved output not counted.
+    if (b[0] == 'k') {
+      const int64_t saved = BudgetForK(s, std::atof(b.c_str() + 1));
+      const double limit_saved = limit_ms(saved, 1.0, BudgetCounts::kSavedOnly);
+      std::printf("%.2f | ", limit_saved);
+      if (budget_row != nullptr && budget_row->own_layer_ms > 0 &&
+          k0_layer_ms > 0 && limit_saved > 0) {
+        const double own = limit_ms(saved, budget_row->own_layer_ms / k0_layer_ms,
+                                    BudgetCounts::kSavedOnly);
+        std::printf("%.3f | ", budget_row->step_ms / own);
+      } else {
+        std::printf("- | ");
+      }
+    } else {
+      std::printf("- | - | ");
+    }
     std::printf("\n");
   }
   return 0;

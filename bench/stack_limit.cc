@@ -5,12 +5,13 @@ namespace offload::bench {
 LimitProblem StackLimitProblem(const StackTimeline& t,
                                const std::array<double, kGemms>& gemm_ms,
                                const LimitBandwidth& bandwidth,
-                               int64_t budget_bytes) {
+                               int64_t budget_bytes, BudgetCounts counts) {
   LimitProblem p;
   for (const StackKernel& k : t.kernels) p.kernel_ms.push_back(gemm_ms[k.gemm]);
   for (const StackTensor& st : t.tensors) {
     LimitTensor lt;
-    lt.bytes = st.bytes;
+    const bool saved = st.first_backward_reader >= 0;
+    lt.bytes = saved || counts == BudgetCounts::kAllActivations ? st.bytes : 0;
     lt.producer = st.producer;
     lt.ready = st.ready;
     lt.free_after =

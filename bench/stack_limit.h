@@ -14,6 +14,17 @@
 
 namespace offload::bench {
 
+// What the budget counts.
+enum class BudgetCounts {
+  // Every activation of the timeline: the memory a schedule really holds
+  // (the bench's "act. peak" counts the same).
+  kAllActivations,
+  // Only the saved tensors: what the engine's byte budget counts (SPEC
+  // §4.7; it never sees tensors that are not pushed, here the last
+  // layer's output). Unsaved tensors are given 0 bytes.
+  kSavedOnly,
+};
+
 // Kernel k takes gemm_ms[kernel's GEMM id]. Every activation is a tensor
 // of the problem: a saved one may leave the device between its last forward
 // reader and its first backward reader, once its push made it ready; the
@@ -21,7 +32,8 @@ namespace offload::bench {
 LimitProblem StackLimitProblem(const StackTimeline& t,
                                const std::array<double, kGemms>& gemm_ms,
                                const LimitBandwidth& bandwidth,
-                               int64_t budget_bytes);
+                               int64_t budget_bytes,
+                               BudgetCounts counts = BudgetCounts::kAllActivations);
 
 }  // namespace offload::bench
 
