@@ -16,9 +16,11 @@
 //   2.5GiB  bytes (also MiB, or plain bytes)
 //   0.6x    a fraction of the no-offload peak
 // Default: k1, k1.5, ..., k(layers - 2).
-// For "k" budgets the last two columns give the limit for the engine's own
-// definition of a byte budget (saved tensors only: layers - k layers' saved
-// bytes, the unsaved last output not counted; stack_limit.h BudgetCounts).
+// For "k" budgets the last three columns give the limit for the engine's
+// own definition of a byte budget (saved tensors only: layers - k layers'
+// saved bytes, the unsaved last output not counted; stack_limit.h
+// BudgetCounts), the measured byte budget against it, and the engine's
+// byte-budget schedule on the simulator (as "k-of-n sim").
 
 #include <algorithm>
 #include <array>
@@ -182,9 +184,10 @@ int Main(int argc, char** argv) {
               "measured ratio | measured / limit | measured / limit (own "
               "GEMMs) | byte budget ms | byte budget ratio | byte budget / "
               "limit | byte budget / limit (own GEMMs) | limit, saved "
-              "only, ms | byte budget / limit saved only (own GEMMs) |\n");
+              "only, ms | byte budget / limit saved only (own GEMMs) | "
+              "byte budget sim ms |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-              "---|---|\n");
+              "---|---|---|\n");
   // The GEMMs run at different speeds from configuration to configuration
   // (the H200's power cap moves its clock): a row is also compared with the
   // limit for its own calibrated GEMM times (k = 0's per-GEMM times scaled
@@ -222,7 +225,7 @@ int Main(int argc, char** argv) {
                 double(bytes) / double(kofn.At(0).peak_bytes));
     if (limit < 0) {
       std::printf("infeasible | - | - | - | - | - | - | - | - | - | - | - | "
-                  "- | - |\n");
+                  "- | - | - |\n");
       continue;
     }
     std::printf("%.2f | x%.3f | ", limit, limit / kernels);
@@ -261,8 +264,16 @@ int Main(int argc, char** argv) {
       } else {
         std::printf("- | ");
       }
+      // The engine's byte-budget schedule on the simulator (k = 0's GEMM
+      // times, the link alone; three steps, the first recorded).
+      std::array<double, kGemms> ns{};
+      for (int g = 0; g < kGemms; ++g) ns[g] = in.gemm_ms[g] * 1e6;
+      const SimResult sim = SimulateSchedule(
+          s, BenchOptions(s, 0, std::atof(b.c_str() + 1), false), ns, bw.d2h,
+          bw.h2d);
+      std::printf("%.2f | ", sim.step_ns / 1e6);
     } else {
-      std::printf("- | - | ");
+      std::printf("- | - | - | ");
     }
     std::printf("\n");
   }
