@@ -21,7 +21,11 @@
 //  - in the backward, the recording notes where each unit's memory went
 //    (free_at: the caller dropped it) or could go if it were offloaded
 //    (done_at: every handle popped and the popped tensors dropped, where
-//    the policy frees the reloaded memory), and the plan assumes the same.
+//    the policy frees the reloaded memory at the latest), and the plan
+//    assumes the same. The policy may free earlier (when the caller drops
+//    the last popped view, budget_policy.h) and start a reload earlier when
+//    it fits then: that only lowers the bytes on device between the plan's
+//    points.
 // Under that model the plan keeps the bytes of offloadable saved tensors on
 // the device within the budget at every instant (SPEC §6.2); tensors that
 // are never offloaded (SPEC §1.2) come on top.
