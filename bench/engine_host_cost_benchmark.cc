@@ -16,12 +16,9 @@
 //    is the simulator's share.
 //  - BM_EngineMarginal: the same on the NullBackend, minus a step that
 //    offloads nothing: the engine's cost per offloaded tensor without the
-//    fixed costs of each step (manual time: the difference).
-//  - BM_EngineMarginalCold: BM_EngineMarginal with the caller writing
-//    `evict_kib` KiB of its own memory before every Offloader call (not
-//    timed), as a framework's host work between the calls does on a GPU
-//    machine; only the time inside Offloader calls counts. 32 MiB evicts
-//    this machine's L3: the engine then runs from DRAM.
+//    fixed costs of each step (manual time: the difference of the time
+//    inside Offloader calls); with evict_kib > 0 the caller evicts the
+//    caches before every call, as a framework's host work does.
 //  - BM_EngineCalls: on a CountingBackend over the SimBackend: the backend
 //    calls the engine makes per offloaded tensor in steady state (after two
 //    warm-up steps), by kind. The caller's own calls (making the tensors,
@@ -224,46 +221,15 @@ BENCHMARK(BM_EngineOnly)
 
 // The engine's marginal cost of offloading a tensor (issue 11 item 4's
 // "engine-only" figure without each step's fixed costs): each iteration
-// times one step of k offloaded layers and one of none, both on a
-// NullBackend; the iteration time is their difference, and
-// us_per_offloaded = that difference / (k x m). Manual time, so the two
-// steps alternate under the same machine load.
+// runs one step of k offloaded layers and one of none, both on a
+// NullBackend, and counts only the time inside Offloader calls; the
+// iteration time is the difference, and us_per_offloaded = that difference
+// / (k x m). Before every Offloader call the caller writes `evict_kib` KiB
+// of its own memory (not timed), as a framework's host work between the
+// calls (cuBLAS launches, autograd) does on a GPU machine; 32 MiB evicts
+// this machine's L3, so the engine runs from DRAM. Manual time, so the two
+// steps alternate under the same machine load. Args: k, m, evict KiB.
 void BM_EngineMarginal(benchmark::State& state) {
-  const int k = int(state.range(0));
-  const int m = int(state.range(1));
-  NullBackend null;
-  Stack offloading(null, k, m, false);
-  Stack plain(null, 0, m, false);
-  int64_t steps = 0;
-  for (auto _ : state) {
-    offloading.MakeTensors();
-    plain.MakeTensors();
-    const auto t0 = std::chrono::steady_clock::now();
-    offloading.Step();
-    const auto t1 = std::chrono::steady_clock::now();
-    plain.Step();
-    const auto t2 = std::chrono::steady_clock::now();
-    const double diff = std::chrono::duration<double>((t1 - t0) - (t2 - t1))
-                            .count();
-    state.SetIterationTime(diff > 0 ? diff : 1e-12);
-    ++steps;
-  }
-  state.counters["us_per_offloaded"] = benchmark::Counter(
-      double(steps) * k * m / 1e6,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-}
-BENCHMARK(BM_EngineMarginal)
-    ->ArgsProduct({{2, 4, 6}, {5, 32}})
-    ->ArgNames({"k", "m"})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseManualTime();
-
-// The engine-only marginal cost with cold caches: as BM_EngineMarginal,
-// but before every Offloader call the caller writes `evict` KiB of its own
-// memory (not timed), as a framework's work between the calls (cuBLAS
-// launches, autograd) does on a GPU host; only the time inside Offloader
-// calls counts. Args: k, m, evict KiB (0: warm).
-void BM_EngineMarginalCold(benchmark::State& state) {
   const int k = int(state.range(0));
   const int m = int(state.range(1));
   std::vector<char> junk(size_t(state.range(2)) * 1024 + 64);
@@ -298,12 +264,15 @@ void BM_EngineMarginalCold(benchmark::State& state) {
   state.counters["us_per_offloaded"] = benchmark::Counter(
       double(steps) * k * m / 1e6,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["us_per_step_plain"] = benchmark::Counter(
-      std::chrono::duration<double>(plain.engine_time()).count() * 1e6 /
-      double(steps));
 }
-BENCHMARK(BM_EngineMarginalCold)
-    ->ArgsProduct({{4, 6}, {5}, {0, 4096, 32768}})
+BENCHMARK(BM_EngineMarginal)
+    ->ArgsProduct({{2, 4, 6}, {5, 32}, {0}})
+    ->ArgNames({"k", "m", "evict_kib"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+// Cold caches: fixed iterations (each evicts before ~100 calls per step).
+BENCHMARK(BM_EngineMarginal)
+    ->ArgsProduct({{4, 6}, {5}, {4096, 32768}})
     ->ArgNames({"k", "m", "evict_kib"})
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime()

@@ -70,6 +70,27 @@ class BudgetOffloadTest : public ::testing::Test {
     EXPECT_EQ(off.FinishBackward().code(), finish);
   }
 
+  // The drop-notice tests: six layers of one tensor, a budget of two (the
+  // plan offloads layers 0..3).
+  OffloadOptions SixLayersBudgetOfTwo() {
+    OffloadOptions o = Options(2 * kTensorBytes);
+    o.model_layers = 6;
+    return o;
+  }
+
+  // Their forward: per layer one f32 [64, 64] tensor made on `backend`
+  // with seed 10 * it + layer, pushed and dropped by the caller.
+  void PushOnePerLayer(Offloader& off, Backend& backend, int it,
+                       std::vector<SavedTensor>& saved) {
+    for (int l = 0; l < 6; ++l) {
+      ASSERT_OK(off.ForwardStep().status());
+      ASSERT_OK_AND_ASSIGN(
+          Tensor x, MakeDeviceTensor(backend, DType::kF32, {64, 64}, 10 * it + l));
+      ASSERT_OK_AND_ASSIGN(SavedTensor h, off.Push(x));
+      saved.push_back(h);
+    }
+  }
+
   SimBackend sim_{SimOptions{}};
 };
 
@@ -197,7 +218,6 @@ TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
   EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
 }
 
-
 // SPEC §4.7 "as soon as the budget has room": the memory of a reloaded unit
 // goes back when the caller drops the last popped view of it, not at the
 // next engine call, and the reload that was waiting for that room starts
@@ -206,18 +226,11 @@ TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
 // its reader is enqueued) frees it and starts layer 1's reload, before
 // BackwardStep(2).
 TEST_F(BudgetOffloadTest, DroppingAPoppedTensorFreesItAndStartsTheNextReload) {
-  OffloadOptions o = Options(2 * kTensorBytes);
-  o.model_layers = 6;
-  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, o));
+  ASSERT_OK_AND_ASSIGN(auto off,
+                       Offloader::Create(sim_, SixLayersBudgetOfTwo()));
   for (int it = 1; it <= 2; ++it) {
     std::vector<SavedTensor> saved;
-    for (int l = 0; l < 6; ++l) {
-      ASSERT_OK(off->ForwardStep().status());
-      ASSERT_OK_AND_ASSIGN(Tensor x,
-                           Produce(sim_, DType::kF32, {64, 64}, 10 * it + l));
-      ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-      saved.push_back(h);
-    }
+    ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, sim_, it, saved));
     for (int l = 5; l >= 0; --l) {
       ASSERT_OK(off->BackwardStep(l));
       ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
@@ -257,20 +270,13 @@ TEST_F(BudgetOffloadTest, DroppingAPoppedTensorFreesItAndStartsTheNextReload) {
 // A popped tensor may outlive its iteration and the Offloader: dropping it
 // then does nothing but give its memory back.
 TEST_F(BudgetOffloadTest, PoppedTensorsMayOutliveTheIterationAndTheOffloader) {
-  OffloadOptions o = Options(2 * kTensorBytes);
-  o.model_layers = 6;
   std::vector<Tensor> kept;
   {
-    ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, o));
+    ASSERT_OK_AND_ASSIGN(auto off,
+                         Offloader::Create(sim_, SixLayersBudgetOfTwo()));
     for (int it = 1; it <= 3; ++it) {
       std::vector<SavedTensor> saved;
-      for (int l = 0; l < 6; ++l) {
-        ASSERT_OK(off->ForwardStep().status());
-        ASSERT_OK_AND_ASSIGN(Tensor x,
-                             Produce(sim_, DType::kF32, {64, 64}, 10 * it + l));
-        ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-        saved.push_back(h);
-      }
+      ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, sim_, it, saved));
       for (int l = 5; l >= 0; --l) {
         ASSERT_OK(off->BackwardStep(l));
         ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
@@ -294,25 +300,17 @@ TEST_F(BudgetOffloadTest, PoppedTensorsMayOutliveTheIterationAndTheOffloader) {
   EXPECT_THAT(sim_.hazards(), IsEmpty());
 }
 
-
 // The work a dropped view starts cannot return a status: when it fails it
 // is warned about, nothing is freed unordered, and the next call retries.
 // Here the reload that the drop of layer 3's tensor starts finds no device
 // memory; BackwardStep(2) starts it; every byte comes back.
 TEST_F(BudgetOffloadTest, AFailureAtADropIsWarnedAndRetriedAtTheNextCall) {
   FaultInjectingBackend fault(sim_);
-  OffloadOptions o = Options(2 * kTensorBytes);
-  o.model_layers = 6;
-  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(fault, o));
+  ASSERT_OK_AND_ASSIGN(auto off,
+                       Offloader::Create(fault, SixLayersBudgetOfTwo()));
   for (int it = 1; it <= 2; ++it) {
     std::vector<SavedTensor> saved;
-    for (int l = 0; l < 6; ++l) {
-      ASSERT_OK(off->ForwardStep().status());
-      ASSERT_OK_AND_ASSIGN(
-          Tensor x, MakeDeviceTensor(fault, DType::kF32, {64, 64}, 10 * it + l));
-      ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-      saved.push_back(h);
-    }
+    ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, fault, it, saved));
     for (int l = 5; l >= 0; --l) {
       ASSERT_OK(off->BackwardStep(l));
       if (it == 2 && l == 2) {
