@@ -31,18 +31,21 @@ Status Offloader::BudgetPolicy::CloseUnits() {
 
 Status Offloader::BudgetPolicy::RunReloads(int call) {
   if (!plan_.has_value()) return OkStatus();
+  int64_t resident = -1;  // ResidentNow(), counted once when first needed
   while (next_reload_ < reload_order_.size()) {
     const int unit = reload_order_[next_reload_];
+    const int64_t bytes = recording_->units[unit].bytes;
     // Due at this call, or earlier where the budget has room: only where
     // this iteration follows the plan (else the units are not its units).
-    if (plan_->reload_at[unit] > call &&
-        (!planned() ||
-         ResidentNow() + recording_->units[unit].bytes > budget_)) {
-      break;
+    if (plan_->reload_at[unit] > call) {
+      if (!planned()) break;
+      if (resident < 0) resident = ResidentNow();
+      if (resident + bytes > budget_) break;
     }
     if (unit < static_cast<int>(units_.size()) && units_[unit].offloaded &&
         groups_[unit]->state() == GroupState::kOffloadFinished) {
       OFFLOAD_RETURN_IF_ERROR(groups_[unit]->StartReload());
+      if (resident >= 0) resident += bytes;
     }
     ++next_reload_;
   }
