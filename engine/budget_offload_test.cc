@@ -91,6 +91,19 @@ class BudgetOffloadTest : public ::testing::Test {
     }
   }
 
+  // Their backward of layer `l` after its BackwardStep: Pop (the handle
+  // dropped with it, as autograd does), the reader enqueued, the bytes
+  // checked; `popped` is the tensor, for the caller to drop.
+  void PopAndRead(Offloader& off, Backend& backend, int it, int l,
+                  std::vector<SavedTensor>& saved, Tensor& popped) {
+    ASSERT_OK_AND_ASSIGN(popped, off.Pop(saved[l]));
+    saved[l] = SavedTensor();
+    ASSERT_OK(Consume(sim_, {popped}, 1000));
+    ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes,
+                         ReadTensorBytes(backend, popped));
+    EXPECT_EQ(bytes, PatternTensorBytes(popped, 10 * it + l)) << "layer " << l;
+  }
+
   SimBackend sim_{SimOptions{}};
 };
 
@@ -233,11 +246,8 @@ TEST_F(BudgetOffloadTest, DroppingAPoppedTensorFreesItAndStartsTheNextReload) {
     ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, sim_, it, saved));
     for (int l = 5; l >= 0; --l) {
       ASSERT_OK(off->BackwardStep(l));
-      ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
-      saved[l] = SavedTensor();
-      ASSERT_OK(Consume(sim_, {x}, 1000));
-      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, ReadTensorBytes(sim_, x));
-      EXPECT_EQ(bytes, PatternTensorBytes(x, 10 * it + l)) << "layer " << l;
+      Tensor x;
+      ASSERT_NO_FATAL_FAILURE(PopAndRead(*off, sim_, it, l, saved, x));
       Tensor view = x;  // a second view: the memory stays until both go
       x = Tensor();
       if (it == 2 && l == 3) {
@@ -279,9 +289,8 @@ TEST_F(BudgetOffloadTest, PoppedTensorsMayOutliveTheIterationAndTheOffloader) {
       ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, sim_, it, saved));
       for (int l = 5; l >= 0; --l) {
         ASSERT_OK(off->BackwardStep(l));
-        ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
-        saved[l] = SavedTensor();
-        ASSERT_OK(Consume(sim_, {x}, 1000));
+        Tensor x;
+        ASSERT_NO_FATAL_FAILURE(PopAndRead(*off, sim_, it, l, saved, x));
         if (it >= 2 && l == 0) kept.push_back(x);  // offloaded in both
       }
       saved.clear();
@@ -316,11 +325,8 @@ TEST_F(BudgetOffloadTest, AFailureAtADropIsWarnedAndRetriedAtTheNextCall) {
       if (it == 2 && l == 2) {
         EXPECT_EQ(off->state(1), GroupState::kReloadStarted);
       }
-      ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
-      saved[l] = SavedTensor();
-      ASSERT_OK(Consume(sim_, {x}, 1000));
-      ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, ReadTensorBytes(fault, x));
-      EXPECT_EQ(bytes, PatternTensorBytes(x, 10 * it + l)) << "layer " << l;
+      Tensor x;
+      ASSERT_NO_FATAL_FAILURE(PopAndRead(*off, fault, it, l, saved, x));
       if (it == 2 && l == 3) fault.FailDeviceAllocations(0, 1);
       x = Tensor();
       if (it == 2 && l == 3) {
