@@ -40,19 +40,13 @@
 #include <utility>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_internal.h"
 
 namespace offload {
 namespace {
 
-std::string Quote(std::string_view name) {
-  return "'" + std::string(name) + "'";
-}
-
-std::string Hex(uintptr_t address) {
-  char text[32];
-  snprintf(text, sizeof(text), "%#zx", static_cast<size_t>(address));
-  return text;
-}
+using cuda_internal::Hex;
+using cuda_internal::Quote;
 
 cudaStreamCaptureMode ToCuda(CaptureMode mode) {
   switch (mode) {
@@ -272,8 +266,9 @@ Status CudaBackend::CheckGraphMemoryLocked(const CudaStream* stream,
     --it;
     if (address - it->first < static_cast<uintptr_t>(it->second)) {
       return FailedPreconditionError(
-          "the " + std::string(side) + " at " + Hex(address) +
-          " is graph memory of " + DescribeCaptureLocked(id) +
+          "the " + std::string(side) + " at " +
+          Hex(reinterpret_cast<const void*>(address)) + " is graph memory of " +
+          DescribeCaptureLocked(id) +
           ": it exists only for the work of that capture, and stream " +
           Quote(stream_name) + " is not part of it");
     }
