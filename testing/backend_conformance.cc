@@ -817,18 +817,43 @@ StatusOr<Buffer> DeviceWithPattern(Backend& backend, Stream& stream,
   return device;
 }
 
-// Captures, on `compute`, an H2D copy of `src` into `device`, then a D2H
-// copy of `device` into `dst` on `side`, joined through `written` and
-// joined back through `copied` when `join_back`.
-Status CaptureH2DThenSideD2H(Stream& compute, Stream& side, Buffer& src,
-                             Buffer& device, Buffer& dst, Event& written,
-                             Event& copied, bool join_back) {
-  OFFLOAD_RETURN_IF_ERROR(compute.Copy(device.data(), src.data(), src.size()));
-  OFFLOAD_RETURN_IF_ERROR(compute.Record(written));
-  OFFLOAD_RETURN_IF_ERROR(side.Wait(written));
-  OFFLOAD_RETURN_IF_ERROR(side.Copy(dst.data(), device.data(), dst.size()));
-  OFFLOAD_RETURN_IF_ERROR(side.Record(copied));
-  if (join_back) OFFLOAD_RETURN_IF_ERROR(compute.Wait(copied));
+// What CaptureH2DThenSideD2H copies through: pinned `src` (pattern `seed`)
+// and `dst` (zeros), a device buffer on the compute stream, and the two
+// events that join the side stream and back.
+struct SideCopy {
+  Buffer src;
+  Buffer dst;
+  Buffer device;
+  std::unique_ptr<Event> written;
+  std::unique_ptr<Event> copied;
+};
+
+// Makes a SideCopy of `n` bytes; the compute stream is synchronized after.
+StatusOr<SideCopy> MakeSideCopy(Backend& backend, int64_t n, uint64_t seed) {
+  Stream& compute = backend.ComputeStream();
+  SideCopy c;
+  OFFLOAD_ASSIGN_OR_RETURN(c.src, PinnedWithPattern(backend, n, seed));
+  OFFLOAD_ASSIGN_OR_RETURN(c.dst, PinnedWithPattern(backend, n, 0));
+  OFFLOAD_ASSIGN_OR_RETURN(c.device, backend.AllocateDevice(n, compute));
+  OFFLOAD_ASSIGN_OR_RETURN(c.written, backend.NewEvent());
+  OFFLOAD_ASSIGN_OR_RETURN(c.copied, backend.NewEvent());
+  OFFLOAD_RETURN_IF_ERROR(compute.Synchronize());
+  return c;
+}
+
+// Captures, on `compute`, an H2D copy of c.src into c.device, then a D2H
+// copy of c.device into c.dst on `side`, joined through c.written and
+// joined back through c.copied when `join_back`.
+Status CaptureH2DThenSideD2H(Stream& compute, Stream& side, SideCopy& c,
+                             bool join_back) {
+  OFFLOAD_RETURN_IF_ERROR(
+      compute.Copy(c.device.data(), c.src.data(), c.src.size()));
+  OFFLOAD_RETURN_IF_ERROR(compute.Record(*c.written));
+  OFFLOAD_RETURN_IF_ERROR(side.Wait(*c.written));
+  OFFLOAD_RETURN_IF_ERROR(
+      side.Copy(c.dst.data(), c.device.data(), c.dst.size()));
+  OFFLOAD_RETURN_IF_ERROR(side.Record(*c.copied));
+  if (join_back) OFFLOAD_RETURN_IF_ERROR(compute.Wait(*c.copied));
   return OkStatus();
 }
 
@@ -836,18 +861,12 @@ TEST_P(GraphConformanceTest, CapturedSideStreamCopyRunsOnlyWhenLaunched) {
   const int64_t n = 1 * kMiB;
   Stream& compute = backend().ComputeStream();
   ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
-  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 201));
-  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
-  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, compute));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> written, backend().NewEvent());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, backend().NewEvent());
-  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK_AND_ASSIGN(SideCopy c, MakeSideCopy(backend(), n, 201));
 
   EXPECT_FALSE(backend().IsCapturing(compute));
   ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
   EXPECT_TRUE(backend().IsCapturing(compute));
-  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, src, device, dst, *written,
-                                  *copied, /*join_back=*/true));
+  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, c, /*join_back=*/true));
   EXPECT_TRUE(backend().IsCapturing(*d2h));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
                        backend().EndCapture(compute));
@@ -856,19 +875,19 @@ TEST_P(GraphConformanceTest, CapturedSideStreamCopyRunsOnlyWhenLaunched) {
   EXPECT_FALSE(backend().IsCapturing(*d2h));
   ASSERT_OK(compute.Synchronize());
   ASSERT_OK(d2h->Synchronize());
-  EXPECT_TRUE(HoldsPattern(dst, 0)) << "captured work ran before a launch";
+  EXPECT_TRUE(HoldsPattern(c.dst, 0)) << "captured work ran before a launch";
 
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
                        backend().Instantiate(*graph));
   ASSERT_THAT(exec, NotNull());
   ASSERT_OK(backend().Launch(*exec, compute));
   ASSERT_OK(compute.Synchronize());  // joined back: covers the side copy
-  EXPECT_TRUE(HoldsPattern(dst, 201));
+  EXPECT_TRUE(HoldsPattern(c.dst, 201));
   // New bytes in the pinned input, a new launch.
-  FillPinned(src, 202);
+  FillPinned(c.src, 202);
   ASSERT_OK(backend().Launch(*exec, compute));
   ASSERT_OK(compute.Synchronize());
-  EXPECT_TRUE(HoldsPattern(dst, 202));
+  EXPECT_TRUE(HoldsPattern(c.dst, 202));
 }
 
 TEST_P(GraphConformanceTest, LaunchesReadDeviceBytesWrittenBetweenThem) {
@@ -935,34 +954,28 @@ TEST_P(GraphConformanceTest, UnjoinedSideStreamFailsEndCaptureAndEndsIt) {
   const int64_t n = 256 * kKiB;
   Stream& compute = backend().ComputeStream();
   ASSERT_OK_AND_ASSIGN(Stream* d2h, NewStream("d2h"));
-  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedWithPattern(backend(), n, 231));
-  ASSERT_OK_AND_ASSIGN(Buffer dst, PinnedWithPattern(backend(), n, 0));
-  ASSERT_OK_AND_ASSIGN(Buffer device, backend().AllocateDevice(n, compute));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> written, backend().NewEvent());
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Event> copied, backend().NewEvent());
-  ASSERT_OK(compute.Synchronize());
+  ASSERT_OK_AND_ASSIGN(SideCopy c, MakeSideCopy(backend(), n, 231));
   ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
-  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, src, device, dst, *written,
-                                  *copied, /*join_back=*/false));
+  ASSERT_OK(CaptureH2DThenSideD2H(compute, *d2h, c, /*join_back=*/false));
   EXPECT_THAT(backend().EndCapture(compute),
               StatusIs(StatusCode::kFailedPrecondition));
   EXPECT_FALSE(backend().IsCapturing(compute));
   EXPECT_FALSE(backend().IsCapturing(*d2h));
   ASSERT_OK(compute.Synchronize());
   ASSERT_OK(d2h->Synchronize());
-  EXPECT_TRUE(HoldsPattern(dst, 0)) << "work of a failed capture ran";
+  EXPECT_TRUE(HoldsPattern(c.dst, 0)) << "work of a failed capture ran";
   // Both streams work eagerly again, and a new capture works.
-  ASSERT_OK(compute.Copy(device.data(), src.data(), n));
+  ASSERT_OK(compute.Copy(c.device.data(), c.src.data(), n));
   ASSERT_OK(compute.Synchronize());
   ASSERT_OK(backend().BeginCapture(compute, CaptureMode::kGlobal));
-  ASSERT_OK(compute.Copy(dst.data(), device.data(), n));
+  ASSERT_OK(compute.Copy(c.dst.data(), c.device.data(), n));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
                        backend().EndCapture(compute));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
                        backend().Instantiate(*graph));
   ASSERT_OK(backend().Launch(*exec, compute));
   ASSERT_OK(compute.Synchronize());
-  EXPECT_TRUE(HoldsPattern(dst, 231));
+  EXPECT_TRUE(HoldsPattern(c.dst, 231));
 }
 
 TEST_P(GraphConformanceTest, RefusedCallsLeaveTheCaptureIntact) {

@@ -151,6 +151,17 @@ Rig MakeRig() {
   return rig;
 }
 
+// Ends the capture of `stream`, instantiates the graph and checks its
+// replays on `stream` (ExpectReplays, rig.in to rig.out) with `seeds`.
+void EndAndExpectReplays(Rig& rig, Stream& stream,
+                         const std::vector<uint64_t>& seeds) {
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
+                       rig.backend->EndCapture(stream));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
+                       rig.backend->Instantiate(*graph));
+  ExpectReplays(*rig.backend, *exec, stream, rig.in, rig.out, seeds);
+}
+
 class CudaGraphTest : public ::testing::TestWithParam<CaptureMode> {};
 
 TEST_P(CudaGraphTest, NothingRunsUntilLaunchAndReplaysAreBitExact) {
@@ -462,12 +473,7 @@ TEST(CudaGraphModeTest, RelaxedCaptureAllowsUnsafeCallsOutsideIt) {
         EXPECT_OK(outside->Synchronize());
         ExpectCapturing(backend, compute, true);
       }));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
-                       backend.EndCapture(compute));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
-                       backend.Instantiate(*graph));
-  ExpectReplays(backend, *exec, compute, rig.in, rig.out, {51, 52, 53});
-  exec.reset();
+  ASSERT_NO_FATAL_FAILURE(EndAndExpectReplays(rig, compute, {51, 52, 53}));
   ExpectClean(backend);
 }
 
@@ -505,11 +511,7 @@ TEST(CudaGraphModeTest, GlobalCaptureRestrictsOtherThreadsThreadLocalDoesNot) {
                 StatusIs(StatusCode::kFailedPrecondition));
     ExpectCapturing(backend, compute, true);
     ASSERT_OK(RecordChain(backend, compute, *rig.side, rig.in, rig.out));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
-                         backend.EndCapture(compute));
-    ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
-                         backend.Instantiate(*graph));
-    ExpectReplays(backend, *exec, compute, rig.in, rig.out, {61});
+    ASSERT_NO_FATAL_FAILURE(EndAndExpectReplays(rig, compute, {61}));
   }
 }
 
@@ -528,11 +530,7 @@ TEST(CudaGraphModeTest, EndCaptureFromAnotherThreadIsRefused) {
   EXPECT_THAT(ended, StatusIs(StatusCode::kFailedPrecondition,
                               HasSubstr("another thread")));
   ExpectCapturing(backend, compute, true);
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
-                       backend.EndCapture(compute));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
-                       backend.Instantiate(*graph));
-  ExpectReplays(backend, *exec, compute, rig.in, rig.out, {71});
+  ASSERT_NO_FATAL_FAILURE(EndAndExpectReplays(rig, compute, {71}));
 }
 
 // ---------------------------------------------------------------------------
@@ -706,12 +704,7 @@ TEST(CudaGraphErrorTest, UnjoinedCaptureFailsAndTheBackendStaysUsable) {
   }
   ASSERT_OK(backend.BeginCapture(compute, CaptureMode::kGlobal));
   ASSERT_OK(RecordChain(backend, compute, side, rig.in, rig.out));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
-                       backend.EndCapture(compute));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<GraphExec> exec,
-                       backend.Instantiate(*graph));
-  ExpectReplays(backend, *exec, compute, rig.in, rig.out, {91, 92, 93});
-  exec.reset();
+  ASSERT_NO_FATAL_FAILURE(EndAndExpectReplays(rig, compute, {91, 92, 93}));
   ExpectClean(backend);
 }
 
