@@ -1,6 +1,6 @@
 // The layer front door: option checks and the public class, which forwards
-// to its policy (engine/offload_policy.h): TE's schedules
-// (engine/offload_impl.h) or the byte budget (engine/budget/).
+// to its policy (engine/layer/offloader_policy.h): TE's schedules
+// (engine/layer/layer_policy.h) or the byte budget (engine/budget/).
 
 #include "engine/offload.h"
 
@@ -8,16 +8,18 @@
 #include <utility>
 
 #include "engine/budget/budget_policy.h"
-#include "engine/offload_impl.h"
+#include "engine/layer/layer_policy.h"
+#include "engine/layer/offloader_policy.h"
 
 namespace offload {
 
 // ---------------------------------------------------------------------------
-// The public class forwards to Impl.
+// The public class forwards to its policy.
 
-Offloader::Offloader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Offloader::Offloader(std::unique_ptr<OffloaderPolicy> policy)
+    : policy_(std::move(policy)) {}
 
-// Groups go first (Impl's member order), each freeing its memory ordered
+// Groups go first (the policy's member order), each freeing its memory ordered
 // after the copies that use it; then the core returns pooled and kept
 // memory the same way.
 Offloader::~Offloader() = default;
@@ -93,70 +95,70 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
       OFFLOAD_ASSIGN_OR_RETURN(h2d, backend.NewStream("offload_h2d"));
     }
   }
-  std::unique_ptr<Impl> impl;
+  std::unique_ptr<OffloaderPolicy> policy;
   if (budget) {
-    impl = std::make_unique<BudgetPolicy>(backend, options, *d2h, *h2d);
+    policy = std::make_unique<BudgetPolicy>(backend, options, *d2h, *h2d);
   } else {
-    impl = std::make_unique<LayerPolicy>(backend, options, std::move(schedule),
-                                         *d2h, *h2d);
+    policy = std::make_unique<LayerPolicy>(backend, options,
+                                           std::move(schedule), *d2h, *h2d);
   }
   if (warn_no_overlap) {
-    impl->core().Warn(
+    policy->core().Warn(
         "offloading " + std::to_string(options.offloaded_layers) + " of " +
         std::to_string(options.model_layers) +
         " layers leaves one layer's activations on device: compute and "
         "copies cannot overlap; offload at most model_layers - 2 for overlap");
   }
-  return std::unique_ptr<Offloader>(new Offloader(std::move(impl)));
+  return std::unique_ptr<Offloader>(new Offloader(std::move(policy)));
 }
 
-StatusOr<int> Offloader::ForwardStep() { return impl_->ForwardStep(); }
-Status Offloader::BackwardStep(int layer) { return impl_->BackwardStep(layer); }
-Status Offloader::FinishBackward() { return impl_->FinishBackward(); }
+StatusOr<int> Offloader::ForwardStep() { return policy_->ForwardStep(); }
+Status Offloader::BackwardStep(int layer) { return policy_->BackwardStep(layer); }
+Status Offloader::FinishBackward() { return policy_->FinishBackward(); }
 StatusOr<SavedTensor> Offloader::Push(const Tensor& tensor) {
-  return impl_->Push(tensor);
+  return policy_->Push(tensor);
 }
 StatusOr<SavedTensor> Offloader::Push(const CompositeTensor& tensor) {
-  return impl_->Push(tensor);
+  return policy_->Push(tensor);
 }
 StatusOr<Tensor> Offloader::Pop(const SavedTensor& saved) {
-  return impl_->Pop(saved);
+  return policy_->Pop(saved);
 }
 StatusOr<CompositeTensor> Offloader::PopComposite(const SavedTensor& saved) {
-  return impl_->PopComposite(saved);
+  return policy_->PopComposite(saved);
 }
 Status Offloader::StartOffload(int layer) {
-  return impl_->Manual("StartOffload", layer);
+  return policy_->Manual(ManualCall::kStartOffload, layer);
 }
 Status Offloader::ReleaseForwardMemory(int layer) {
-  return impl_->Manual("ReleaseForwardMemory", layer);
+  return policy_->Manual(ManualCall::kReleaseForwardMemory, layer);
 }
 Status Offloader::StartReload(int layer) {
-  return impl_->Manual("StartReload", layer);
+  return policy_->Manual(ManualCall::kStartReload, layer);
 }
-int64_t Offloader::OffloadedBytes() const { return impl_->OffloadedBytes(); }
+int64_t Offloader::OffloadedBytes() const { return policy_->OffloadedBytes(); }
 const Diagnostics& Offloader::diagnostics() const {
-  return impl_->core().diagnostics();
+  return policy_->core().diagnostics();
 }
-GroupState Offloader::state(int layer) const { return impl_->state(layer); }
-const OffloaderStats& Offloader::stats() const { return impl_->core().stats(); }
-const ScheduleTable& Offloader::schedule() const { return impl_->schedule(); }
+GroupState Offloader::state(int layer) const { return policy_->state(layer); }
+const OffloaderStats& Offloader::stats() const { return policy_->core().stats(); }
+const ScheduleTable& Offloader::schedule() const { return policy_->schedule(); }
 bool Offloader::WillOffload(int layer) const {
-  return impl_->WillOffload(layer);
+  return policy_->WillOffload(layer);
 }
 std::string Offloader::BudgetPlanText() const {
-  return impl_->BudgetPlanText();
+  return policy_->BudgetPlanText();
 }
 
-Status Offloader::BeginWarmup() { return impl_->BeginWarmup(); }
-Status Offloader::EndWarmup() { return impl_->EndWarmup(); }
+Status Offloader::BeginWarmup() { return policy_->BeginWarmup(); }
+Status Offloader::EndWarmup() { return policy_->EndWarmup(); }
 Status Offloader::BeginCapture(CaptureMode mode) {
-  return impl_->BeginCapture(mode);
+  return policy_->BeginCapture(mode);
 }
 StatusOr<std::unique_ptr<Graph>> Offloader::EndCapture() {
-  return impl_->EndCapture();
+  return policy_->EndCapture();
 }
-bool Offloader::warming_up() const { return impl_->warming_up(); }
-bool Offloader::capturing() const { return impl_->capturing(); }
+bool Offloader::warming_up() const { return policy_->warming_up(); }
+bool Offloader::capturing() const { return policy_->capturing(); }
 
 }  // namespace offload

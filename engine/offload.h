@@ -22,7 +22,9 @@
 // before freeing the memory that ordering call should have protected.
 //
 // How a group moves is the shared mechanism of engine/core (OffloadGroup,
-// OffloadCore); this class is only TE's policy of when.
+// OffloadCore); when it moves is the policy's (engine/layer: TE's
+// schedules; engine/budget: the byte budget). This class checks the
+// options, picks the policy and forwards to it.
 
 #ifndef OFFLOAD_ENGINE_OFFLOAD_H_
 #define OFFLOAD_ENGINE_OFFLOAD_H_
@@ -42,6 +44,8 @@
 #include "engine/tensor.h"
 
 namespace offload {
+
+class OffloaderPolicy;  // engine/layer/offloader_policy.h, private
 
 class Offloader {
  public:
@@ -191,12 +195,10 @@ class Offloader {
   bool capturing() const;
 
  private:
-  class Impl;          // the policy interface (engine/offload_policy.h)
-  class LayerPolicy;   // TE's schedules (engine/offload_impl.h)
-  class BudgetPolicy;  // the byte budget (engine/budget/budget_policy.h)
-  explicit Offloader(std::unique_ptr<Impl> impl);
+  explicit Offloader(std::unique_ptr<OffloaderPolicy> policy);
 
-  std::unique_ptr<Impl> impl_;
+  // TE's schedules (engine/layer/) or the byte budget (engine/budget/).
+  std::unique_ptr<OffloaderPolicy> policy_;
 };
 
 }  // namespace offload

@@ -1,6 +1,5 @@
-// Options, group states and statistics of the layer-mode Offloader
-// (engine/offload.h), in a header of their own so that the Offloader's
-// internal pieces can use them.
+// Options of the layer-mode Offloader (engine/offload.h), in a header of
+// their own so that its policies can use them without the front door.
 
 #ifndef OFFLOAD_ENGINE_OFFLOAD_OPTIONS_H_
 #define OFFLOAD_ENGINE_OFFLOAD_OPTIONS_H_
@@ -9,6 +8,7 @@
 #include <optional>
 
 #include "engine/backend.h"
+#include "engine/offload_stats.h"  // GroupState, OffloaderStats
 #include "engine/schedule.h"
 
 namespace offload {
@@ -41,35 +41,6 @@ struct OffloadOptions {
   // iterations after it. offloaded_layers is then ignored. Excludes
   // manual_synchronization and a schedule table.
   std::optional<int64_t> activation_budget_bytes;
-};
-
-// Life cycle of one layer's group (SPEC §3).
-enum class GroupState {
-  kNotOffloaded,     // collecting pushes, or never offloaded
-  kOffloadStarted,   // copies to host enqueued
-  kOffloadFinished,  // device memory released; host copy complete or pending
-  kReloadStarted,    // copies back enqueued; pops wait per span
-  kReleased,         // after the group's backward: nothing held
-  // StartOffload could not offload (no pinned memory, or a copy could not
-  // be enqueued): the tensors stay on device and pop as pushed; the
-  // group's ReleaseForwardMemory and StartReload are no-ops.
-  kKeptOnDevice,
-};
-
-// "not_offloaded", "offload_started", ...
-const char* GroupStateName(GroupState state);
-
-struct OffloaderStats {
-  int64_t tensors_offloaded = 0;  // pushed into an offloaded group
-  int64_t tensors_kept = 0;       // passed through (small, flagged, ...)
-  int64_t spans_offloaded = 0;    // D2H span copies enqueued
-  int64_t bytes_offloaded = 0;    // D2H bytes enqueued
-  int64_t bytes_reloaded = 0;     // H2D bytes enqueued
-  int64_t views_made_contiguous = 0;
-  // Bytes copied to host whose device storage stays alive because the
-  // caller still holds it (offloading them saved no memory; SPEC §2.5).
-  int64_t bytes_retained_by_caller = 0;
-  int64_t pinned_allocations = 0;
 };
 
 }  // namespace offload

@@ -21,6 +21,7 @@
 #include "testing/byte_pattern.h"
 #include "testing/fault_backend.h"
 #include "testing/offload_test_util.h"
+#include "testing/saved_tensor_forge.h"
 #include "testing/status_matchers.h"
 #include "testing/tensor_util.h"
 
@@ -68,7 +69,7 @@ TEST_F(SimOffloadTest, HandleFieldsAreRangeChecked) {
   for (SavedTensor::InGroup bad :
        {SavedTensor::InGroup{7, 0}, SavedTensor::InGroup{-1, 0},
         SavedTensor::InGroup{0, 5}, SavedTensor::InGroup{0, -2}}) {
-    SavedTensor forged(real.owner(), real.iteration(), 0, bad);
+    SavedTensor forged = SavedTensorForge::Like(real, bad);
     EXPECT_THAT(offloader->Pop(forged),
                 StatusIs(StatusCode::kInvalidArgument))
         << bad.group << "/" << bad.index;

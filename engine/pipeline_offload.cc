@@ -1,5 +1,5 @@
 // The fine-grained front door: option checks and the public class, which
-// forwards to PipelineOffloader::Impl (engine/pipeline/pipeline_impl.h).
+// forwards to its policy (engine/pipeline/pipeline_policy.h).
 
 #include "engine/pipeline_offload.h"
 
@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
-#include "engine/pipeline/pipeline_impl.h"
+#include "engine/pipeline/pipeline_policy.h"
 
 namespace offload {
 
-PipelineOffloader::PipelineOffloader(std::unique_ptr<Impl> impl)
-    : impl_(std::move(impl)) {}
+PipelineOffloader::PipelineOffloader(std::unique_ptr<PipelinePolicy> policy)
+    : policy_(std::move(policy)) {}
 
 PipelineOffloader::~PipelineOffloader() = default;
 
@@ -63,74 +63,75 @@ StatusOr<std::unique_ptr<PipelineOffloader>> PipelineOffloader::Create(
     OFFLOAD_ASSIGN_OR_RETURN(d2h, backend.NewStream("offload_d2h"));
     OFFLOAD_ASSIGN_OR_RETURN(h2d, backend.NewStream("offload_h2d"));
   }
-  auto impl = std::make_unique<Impl>(backend, options, *d2h, *h2d);
+  auto policy = std::make_unique<PipelinePolicy>(backend, options, *d2h, *h2d);
   for (const auto& [name, cap] : options.max_inflight) {
     if (!modules.count(name)) {
-      impl->core().Warn("max_inflight names '" + name + "', which is not in "
+      policy->core().Warn("max_inflight names '" + name + "', which is not in "
                         "offload_modules: it has no effect");
     }
   }
   return std::unique_ptr<PipelineOffloader>(
-      new PipelineOffloader(std::move(impl)));
+      new PipelineOffloader(std::move(policy)));
 }
 
 Status PipelineOffloader::StartChunk(int stage, int microbatch) {
-  return impl_->StartChunk(stage, microbatch);
+  return policy_->StartChunk(stage, microbatch);
 }
 Status PipelineOffloader::GroupStart(std::string_view name) {
-  return impl_->GroupStart(name);
+  return policy_->GroupStart(name);
 }
 StatusOr<SavedTensor> PipelineOffloader::Push(const Tensor& tensor) {
-  return impl_->Push(tensor);
+  return policy_->Push(tensor);
 }
 StatusOr<SavedTensor> PipelineOffloader::Push(const CompositeTensor& tensor) {
-  return impl_->Push(tensor);
+  return policy_->Push(tensor);
 }
 Status PipelineOffloader::GroupCommit(
     std::string_view name, const std::vector<Tensor>& release_tensors) {
-  return impl_->GroupCommit(name, release_tensors);
+  return policy_->GroupCommit(name, release_tensors);
 }
 Status PipelineOffloader::IssueDelayedOffloads() {
-  return impl_->IssueDelayedOffloads("IssueDelayedOffloads");
+  return policy_->IssueDelayedOffloads(DelayedIssue::kExplicit,
+                                       "IssueDelayedOffloads");
 }
 Status PipelineOffloader::StartChunkBackward(int stage, int microbatch) {
-  return impl_->StartChunkBackward(stage, microbatch);
+  return policy_->StartChunkBackward(stage, microbatch);
 }
 Status PipelineOffloader::GroupBackwardStart(std::string_view name) {
-  return impl_->GroupBackwardStart(name);
+  return policy_->GroupBackwardStart(name);
 }
 StatusOr<Tensor> PipelineOffloader::Pop(const SavedTensor& saved) {
-  return impl_->Pop(saved);
+  return policy_->Pop(saved);
 }
 StatusOr<CompositeTensor> PipelineOffloader::PopComposite(
     const SavedTensor& saved) {
-  return impl_->PopComposite(saved);
+  return policy_->PopComposite(saved);
 }
 Status PipelineOffloader::GroupBackwardEnd(std::string_view name) {
-  return impl_->GroupBackwardEnd(name);
+  return policy_->GroupBackwardEnd(name);
 }
 Status PipelineOffloader::FinishIteration() {
-  return impl_->FinishIteration();
+  return policy_->FinishIteration();
 }
-bool PipelineOffloader::warmed_up() const { return impl_->warmed_up(); }
+bool PipelineOffloader::warmed_up() const { return policy_->warmed_up(); }
 const std::optional<OffloadSummary>& PipelineOffloader::summary() const {
-  return impl_->summary();
+  return policy_->summary();
 }
 GroupDecision PipelineOffloader::Decision(int chunk, int index) const {
-  return impl_->Decision(chunk, index);
+  return policy_->Decision(chunk, index);
 }
 GroupState PipelineOffloader::state(int stage, int microbatch,
                                     std::string_view name, int ordinal) const {
-  return impl_->state(stage, microbatch, name, ordinal);
+  return policy_->state(stage, microbatch, name, ordinal);
 }
 int64_t PipelineOffloader::OffloadedBytes() const {
-  return impl_->OffloadedBytes();
+  return policy_->OffloadedBytes();
 }
 const Diagnostics& PipelineOffloader::diagnostics() const {
-  return impl_->core().diagnostics();
+  return policy_->core().diagnostics();
 }
 const OffloaderStats& PipelineOffloader::stats() const {
-  return impl_->core().stats();
+  return policy_->core().stats();
 }
 
 }  // namespace offload

@@ -43,12 +43,6 @@ class SavedTensor {
 
   // An empty handle (not from a Push).
   SavedTensor() = default;
-  SavedTensor(uint64_t owner, uint64_t iteration, int pushed_layer,
-              std::variant<std::monostate, Kept, InGroup, Composite> value)
-      : owner_(owner),
-        iteration_(iteration),
-        pushed_layer_(pushed_layer),
-        value_(std::move(value)) {}
 
   // Whether Push handed the tensor to a group (false: kept as is).
   bool in_group() const { return std::holds_alternative<InGroup>(value_); }
@@ -68,6 +62,18 @@ class SavedTensor {
   }
 
  private:
+  // Handles are made by a front door's HandleMaker (engine/core/
+  // handle_maker.h) only, so a caller cannot forge one; tests that must
+  // (hostile handles) use SavedTensorForge (testing/saved_tensor_forge.h).
+  friend class HandleMaker;
+  friend class SavedTensorForge;
+  SavedTensor(uint64_t owner, uint64_t iteration, int pushed_layer,
+              std::variant<std::monostate, Kept, InGroup, Composite> value)
+      : owner_(owner),
+        iteration_(iteration),
+        pushed_layer_(pushed_layer),
+        value_(std::move(value)) {}
+
   uint64_t owner_ = 0;
   uint64_t iteration_ = 0;
   int pushed_layer_ = -1;

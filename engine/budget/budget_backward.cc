@@ -9,16 +9,11 @@
 
 #include "engine/budget/budget_policy.h"
 #include "engine/core/push_checks.h"
-#include "engine/layer_steps.h"
+#include "engine/layer/layer_steps.h"
 
 namespace offload {
-namespace {
 
-std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
-
-}  // namespace
-
-Status Offloader::BudgetPolicy::CloseUnits() {
+Status BudgetPolicy::CloseUnits() {
   for (size_t i = 0; i < units_.size(); ++i) {
     if (units_[i].offloaded &&
         groups_[i]->state() == GroupState::kNotOffloaded) {
@@ -29,7 +24,7 @@ Status Offloader::BudgetPolicy::CloseUnits() {
   return OkStatus();
 }
 
-Status Offloader::BudgetPolicy::RunReloads(int call) {
+Status BudgetPolicy::RunReloads(int call) {
   if (!plan_.has_value()) return OkStatus();
   int64_t resident = -1;  // ResidentNow(), counted once when first needed
   while (next_reload_ < reload_order_.size()) {
@@ -52,7 +47,7 @@ Status Offloader::BudgetPolicy::RunReloads(int call) {
   return OkStatus();
 }
 
-Status Offloader::BudgetPolicy::BackwardStep(int layer) {
+Status BudgetPolicy::BackwardStep(int layer) {
   Busy busy(busy_);
   const int n = options_.model_layers;
   if (!options_.enabled) return OkStatus();
@@ -72,7 +67,7 @@ Status Offloader::BudgetPolicy::BackwardStep(int layer) {
   return OkStatus();
 }
 
-void Offloader::BudgetPolicy::NoteBackwardDrops(int call) {
+void BudgetPolicy::NoteBackwardDrops(int call) {
   if (planned()) return;
   for (Unit& unit : units_) {
     if (unit.offloaded) continue;  // a diverged iteration: not watched
@@ -85,7 +80,7 @@ void Offloader::BudgetPolicy::NoteBackwardDrops(int call) {
   }
 }
 
-Status Offloader::BudgetPolicy::RunFrees(int call) {
+Status BudgetPolicy::RunFrees(int call) {
   if (auto it = free_at_call_.find(call); it != free_at_call_.end()) {
     for (int unit : it->second) deferred_frees_.push_back(unit);
   }
@@ -116,7 +111,7 @@ Status Offloader::BudgetPolicy::RunFrees(int call) {
   return first;
 }
 
-void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
+void BudgetPolicy::NoteUse(const SavedTensor& saved) {
   if (backward_count_ == 0) return;
   auto note = [&](const SavedTensor& s) {
     int unit = -1;
@@ -145,7 +140,7 @@ void Offloader::BudgetPolicy::NoteUse(const SavedTensor& saved) {
   }
 }
 
-int64_t Offloader::BudgetPolicy::ResidentNow() const {
+int64_t BudgetPolicy::ResidentNow() const {
   int64_t bytes = 0;
   for (size_t i = 0; i < units_.size(); ++i) {
     const Unit& unit = units_[i];
@@ -162,7 +157,7 @@ int64_t Offloader::BudgetPolicy::ResidentNow() const {
   return bytes;
 }
 
-Tensor Offloader::BudgetPolicy::PoppedView(Tensor tensor, int unit) {
+Tensor BudgetPolicy::PoppedView(Tensor tensor, int unit) {
   if (unit >= 0) {
     if (static_cast<int>(live_views_.size()) <= unit) {
       live_views_.resize(unit + 1, 0);
@@ -176,7 +171,7 @@ Tensor Offloader::BudgetPolicy::PoppedView(Tensor tensor, int unit) {
   // holds it, as before.
   tensor.storage = std::shared_ptr<Storage>(
       storage, [held = std::move(held), hub = std::weak_ptr<DropHub>(hub_),
-                unit, iteration = iteration_](Storage*) mutable {
+                unit, iteration = handles_.iteration()](Storage*) mutable {
         held.reset();
         if (std::shared_ptr<DropHub> alive = hub.lock();
             alive != nullptr && alive->policy != nullptr) {
@@ -186,8 +181,8 @@ Tensor Offloader::BudgetPolicy::PoppedView(Tensor tensor, int unit) {
   return tensor;
 }
 
-void Offloader::BudgetPolicy::OnViewDropped(int unit, uint64_t iteration) {
-  if (iteration != iteration_) return;
+void BudgetPolicy::OnViewDropped(int unit, uint64_t iteration) {
+  if (iteration != handles_.iteration()) return;
   if (unit >= 0) {
     if (unit >= static_cast<int>(live_views_.size())) return;
     if (--live_views_[unit] > 0) return;
@@ -218,7 +213,7 @@ void Offloader::BudgetPolicy::OnViewDropped(int unit, uint64_t iteration) {
   }
 }
 
-StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
+StatusOr<Tensor> BudgetPolicy::PopOne(const SavedTensor& saved) {
   if (const SavedTensor::Kept* kept = saved.kept()) {
     // Dropping it can make room for a reload: tell the policy then.
     if (planned() && next_reload_ < reload_order_.size()) {
@@ -244,7 +239,7 @@ StatusOr<Tensor> Offloader::BudgetPolicy::PopOne(const SavedTensor& saved) {
   return PoppedView(std::move(tensor), entry->group);
 }
 
-Status Offloader::BudgetPolicy::CheckPoppable(const SavedTensor& saved,
+Status BudgetPolicy::CheckPoppable(const SavedTensor& saved,
                                               bool composite) const {
   if (saved.is_composite() != composite) {
     return InvalidArgumentError(
@@ -276,10 +271,9 @@ Status Offloader::BudgetPolicy::CheckPoppable(const SavedTensor& saved,
   return check(saved);
 }
 
-StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
+StatusOr<Tensor> BudgetPolicy::Pop(const SavedTensor& saved) {
   Busy busy(busy_);
-  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
-                                      options_.enabled, "Pop", "Offloader"));
+  OFFLOAD_RETURN_IF_ERROR(handles_.Check(saved, options_.enabled, "Pop"));
   // Checked before the frees and reloads this call runs: a refused pop
   // changes nothing.
   OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/false));
@@ -296,12 +290,11 @@ StatusOr<Tensor> Offloader::BudgetPolicy::Pop(const SavedTensor& saved) {
   return tensor;
 }
 
-StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
+StatusOr<CompositeTensor> BudgetPolicy::PopComposite(
     const SavedTensor& saved) {
   Busy busy(busy_);
-  OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, owner_, iteration_,
-                                      options_.enabled, "PopComposite",
-                                      "Offloader"));
+  OFFLOAD_RETURN_IF_ERROR(handles_.Check(saved, options_.enabled,
+                                         "PopComposite"));
   OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/true));
   if (backward_count_ > 0) {
     NoteBackwardDrops(backward_calls_);
@@ -319,7 +312,7 @@ StatusOr<CompositeTensor> Offloader::BudgetPolicy::PopComposite(
   return tensor;
 }
 
-Status Offloader::BudgetPolicy::MakePlan() {
+Status BudgetPolicy::MakePlan() {
   BudgetRecording recording;
   recording.layers = options_.model_layers;
   recording.forward_pushes = pushes_;
@@ -362,7 +355,7 @@ Status Offloader::BudgetPolicy::MakePlan() {
   return OkStatus();
 }
 
-Status Offloader::BudgetPolicy::FinishBackward() {
+Status BudgetPolicy::FinishBackward() {
   Busy busy(busy_);
   if (!options_.enabled) {
     forward_count_ = 0;
@@ -382,7 +375,7 @@ Status Offloader::BudgetPolicy::FinishBackward() {
     plan_.reset();
     recording_.reset();
   }
-  iteration_++;
+  handles_.NextIteration();
   diverged_ = false;
   forward_count_ = 0;
   open_layer_ = -1;

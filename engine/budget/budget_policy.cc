@@ -9,16 +9,11 @@
 #include <vector>
 
 #include "engine/core/push_checks.h"
-#include "engine/layer_steps.h"
+#include "engine/layer/layer_steps.h"
 
 namespace offload {
-namespace {
 
-std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
-
-}  // namespace
-
-Offloader::BudgetPolicy::BudgetPolicy(Backend& backend,
+BudgetPolicy::BudgetPolicy(Backend& backend,
                                       const OffloadOptions& options,
                                       Stream& d2h, Stream& h2d)
     : options_(options),
@@ -32,33 +27,32 @@ Offloader::BudgetPolicy::BudgetPolicy(Backend& backend,
 
 // Popped views that outlive the policy tell nobody. Groups go first, each
 // freeing its memory ordered after its copies.
-Offloader::BudgetPolicy::~BudgetPolicy() {
+BudgetPolicy::~BudgetPolicy() {
   hub_->policy = nullptr;
   groups_.clear();
 }
 
-std::string Offloader::BudgetPolicy::Iteration() const {
-  return "iteration " + std::to_string(iteration_);
-}
+std::string BudgetPolicy::Iteration() const { return handles_.Iteration(); }
 
-OffloadGroup& Offloader::BudgetPolicy::Group(int unit) {
+OffloadGroup& BudgetPolicy::Group(int unit) {
   if (static_cast<int>(groups_.size()) <= unit) groups_.resize(unit + 1);
   std::unique_ptr<OffloadGroup>& group = groups_[unit];
   // Groups are reused across iterations (their events with them); one made
   // for another layer's unit is made again, so that messages name this one.
-  const GroupKey key = GroupKey::Unit(units_[unit].layer, unit);
-  if (group != nullptr && !(group->key() == key) &&
-      group->state() == GroupState::kNotOffloaded && group->size() == 0) {
+  auto label = [&] {
+    return LayerName(units_[unit].layer) + " unit " + std::to_string(unit);
+  };
+  if (group != nullptr && group->state() == GroupState::kNotOffloaded &&
+      group->size() == 0 && group->label() != label()) {
     group.reset();
   }
   if (group == nullptr) {
-    group = std::make_unique<OffloadGroup>(
-        core_, key, /*pinned_tag=*/unit);
+    group = std::make_unique<OffloadGroup>(core_, label(), /*pinned_tag=*/unit);
   }
   return *group;
 }
 
-bool Offloader::BudgetPolicy::WillOffload(int layer) const {
+bool BudgetPolicy::WillOffload(int layer) const {
   if (!options_.enabled || !plan_.has_value()) return false;
   for (size_t i = 0; i < recording_->units.size(); ++i) {
     if (plan_->offloaded[i] && recording_->units[i].layer == layer) return true;
@@ -66,7 +60,7 @@ bool Offloader::BudgetPolicy::WillOffload(int layer) const {
   return false;
 }
 
-GroupState Offloader::BudgetPolicy::state(int layer) const {
+GroupState BudgetPolicy::state(int layer) const {
   for (size_t i = 0; i < units_.size() && i < groups_.size(); ++i) {
     if (units_[i].layer == layer && units_[i].offloaded && groups_[i]) {
       return groups_[i]->state();
@@ -75,7 +69,7 @@ GroupState Offloader::BudgetPolicy::state(int layer) const {
   return GroupState::kNotOffloaded;
 }
 
-int64_t Offloader::BudgetPolicy::OffloadedBytes() const {
+int64_t BudgetPolicy::OffloadedBytes() const {
   int64_t total = core_.pinned().bytes();
   for (const auto& group : groups_) {
     if (group != nullptr) total += group->host_bytes();
@@ -83,15 +77,15 @@ int64_t Offloader::BudgetPolicy::OffloadedBytes() const {
   return total;
 }
 
-std::string Offloader::BudgetPolicy::BudgetPlanText() const {
+std::string BudgetPolicy::BudgetPlanText() const {
   if (!plan_.has_value()) return "";
   return FormatBudgetPlan(*plan_, *recording_);
 }
 
-Status Offloader::BudgetPolicy::Manual(const char* call, int layer) {
+Status BudgetPolicy::Manual(ManualCall call, int layer) {
   if (!options_.enabled) return OkStatus();
   return FailedPreconditionError(
-      std::string(call) + "(" + LayerName(layer) +
+      std::string(ManualCallName(call)) + "(" + LayerName(layer) +
       "): only with manual_synchronization; with an activation budget the "
       "plan decides when tensors offload and reload");
 }
@@ -99,7 +93,7 @@ Status Offloader::BudgetPolicy::Manual(const char* call, int layer) {
 // ---------------------------------------------------------------------------
 // Forward.
 
-StatusOr<int> Offloader::BudgetPolicy::ForwardStep() {
+StatusOr<int> BudgetPolicy::ForwardStep() {
   Busy busy(busy_);
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
@@ -111,7 +105,7 @@ StatusOr<int> Offloader::BudgetPolicy::ForwardStep() {
   return layer;
 }
 
-Status Offloader::BudgetPolicy::CheckPush(const std::string& what) const {
+Status BudgetPolicy::CheckPush(const std::string& what) const {
   if (open_layer_ >= 0) return OkStatus();
   return FailedPreconditionError(
       "Push of " + what + ": no layer's forward is open: " +
@@ -119,7 +113,7 @@ Status Offloader::BudgetPolicy::CheckPush(const std::string& what) const {
                            : "the backward of " + Iteration() + " began"));
 }
 
-int Offloader::BudgetPolicy::UnitOf(const Tensor& tensor, int push,
+int BudgetPolicy::UnitOf(const Tensor& tensor, int push,
                                     bool* created) {
   if (!units_.empty()) {
     Unit& last = units_.back();
@@ -144,7 +138,7 @@ int Offloader::BudgetPolicy::UnitOf(const Tensor& tensor, int push,
   return static_cast<int>(units_.size()) - 1;
 }
 
-void Offloader::BudgetPolicy::CheckAgainstPlan(int unit, bool created) {
+void BudgetPolicy::CheckAgainstPlan(int unit, bool created) {
   if (!planned()) return;
   const Unit& live = units_[unit];
   std::string why;
@@ -172,12 +166,12 @@ void Offloader::BudgetPolicy::CheckAgainstPlan(int unit, bool created) {
              "is recorded again");
 }
 
-StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
+StatusOr<SavedTensor> BudgetPolicy::PushOne(const Tensor& tensor,
                                                       int push) {
   const int layer = open_layer_;
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
-    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+    return handles_.Kept(tensor, layer);
   }
   bool created = false;
   const int unit = UnitOf(tensor, push, &created);
@@ -187,7 +181,7 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
   if (!offload) {
     ++units_[unit].handles;
     ++core_.stats().tensors_kept;
-    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
+    return handles_.Kept(tensor, layer);
   }
   StatusOr<int> index = Group(unit).AddPushed(tensor);
   if (!index.ok()) {
@@ -196,11 +190,10 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::PushOne(const Tensor& tensor,
   }
   units_[unit].offloaded = true;
   ++core_.stats().tensors_offloaded;
-  return SavedTensor(owner_, iteration_, layer,
-                     SavedTensor::InGroup{unit, *index});
+  return handles_.InGroup(layer, unit, *index);
 }
 
-void Offloader::BudgetPolicy::NoteDrops(int push) {
+void BudgetPolicy::NoteDrops(int push) {
   if (planned()) return;
   for (size_t i = first_held_; i < units_.size(); ++i) {
     Unit& unit = units_[i];
@@ -215,7 +208,7 @@ void Offloader::BudgetPolicy::NoteDrops(int push) {
   }
 }
 
-void Offloader::BudgetPolicy::AfterPush(int push) {
+void BudgetPolicy::AfterPush(int push) {
   if (!planned()) return;
   // Units this push touched are the last ones.
   for (int i = static_cast<int>(units_.size()) - 1;
@@ -236,7 +229,7 @@ void Offloader::BudgetPolicy::AfterPush(int push) {
   RetryReleases();
 }
 
-void Offloader::BudgetPolicy::RetryReleases() {
+void BudgetPolicy::RetryReleases() {
   std::vector<int> left;
   for (int unit : pending_releases_) {
     if (unit >= static_cast<int>(groups_.size()) || groups_[unit] == nullptr ||
@@ -255,10 +248,9 @@ void Offloader::BudgetPolicy::RetryReleases() {
   pending_releases_ = std::move(left);
 }
 
-StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
+StatusOr<SavedTensor> BudgetPolicy::Push(const Tensor& tensor) {
   Busy busy(busy_);
-  if (!options_.enabled) return SavedTensor(owner_, iteration_, -1,
-                                            SavedTensor::Kept{tensor});
+  if (!options_.enabled) return handles_.Kept(tensor, -1);
   if (open_layer_ < 0) return CheckPush("tensor " + tensor.Describe());
   const int layer = open_layer_;
   OFFLOAD_RETURN_IF_ERROR(
@@ -272,66 +264,59 @@ StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(const Tensor& tensor) {
   return saved;
 }
 
-StatusOr<SavedTensor> Offloader::BudgetPolicy::Push(
-    const CompositeTensor& tensor) {
+StatusOr<SavedTensor> BudgetPolicy::Push(const CompositeTensor& tensor) {
   Busy busy(busy_);
   const bool enabled = options_.enabled;
   if (enabled) {
     OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
-    for (size_t i = 0; i < tensor.components.size(); ++i) {
-      if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
-          *tensor.components[i], core_.backend(),
-          options_.min_offload_elements,
-          "Push in " + LayerName(open_layer_) + " of composite '" +
-              tensor.name + "' component " + std::to_string(i)));
-    }
   }
   const int layer = enabled ? open_layer_ : -1;
   const int push = pushes_;
-  if (enabled) NoteDrops(push);
+  // Every component goes through PushOne, which decides per unit.
+  CompositePush composite;
+  composite.slot = layer;
+  composite.offloaded = enabled;
+  composite.min_elements = options_.min_offload_elements;
+  composite.where = [layer] { return "Push in " + LayerName(layer); };
+  composite.push_one = [this, push](const Tensor& t) {
+    return PushOne(t, push);
+  };
+  if (enabled) {
+    OFFLOAD_RETURN_IF_ERROR(
+        CheckComposite(tensor, composite, core_.backend()));
+    NoteDrops(push);
+  }
   // All or nothing: a component that fails takes the earlier ones out.
-  const std::vector<Unit> units_before = units_;
+  std::vector<Unit> units_before;
   std::vector<int> sizes_before;
-  for (const auto& group : groups_) {
-    sizes_before.push_back(group ? group->size() : 0);
-  }
-  const OffloaderStats stats_before = core_.stats();
   const bool diverged_before = diverged_;
-  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
-  for (const std::optional<Tensor>& component : tensor.components) {
-    if (!component.has_value()) {
-      composite.components.emplace_back();
-      continue;
+  if (enabled) {
+    units_before = units_;
+    for (const auto& group : groups_) {
+      sizes_before.push_back(group ? group->size() : 0);
     }
-    if (!enabled) {
-      composite.components.emplace_back(
-          SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{*component}));
-      continue;
-    }
-    StatusOr<SavedTensor> part = PushOne(*component, push);
-    if (!part.ok()) {
-      for (size_t g = 0; g < groups_.size(); ++g) {
-        if (groups_[g] == nullptr) continue;
-        const int before = g < sizes_before.size() ? sizes_before[g] : 0;
-        if (groups_[g]->state() == GroupState::kNotOffloaded) {
-          groups_[g]->Truncate(before);
-        }
-      }
-      groups_.resize(std::min(groups_.size(), sizes_before.size()));
-      units_ = units_before;
-      core_.stats() = stats_before;
-      diverged_ = diverged_before;
-      return part.status().WithContext("Push of composite '" + tensor.name +
-                                       "' (no component was pushed)");
-    }
-    composite.components.emplace_back(std::move(part).value());
   }
-  if (!enabled) return SavedTensor(owner_, iteration_, layer,
-                                   std::move(composite));
-  pushes_ = push + 1;
-  AfterPush(push);
-  return SavedTensor(owner_, iteration_, layer, std::move(composite));
+  composite.undo = [&] {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (groups_[g] == nullptr) continue;
+      const int before = g < sizes_before.size() ? sizes_before[g] : 0;
+      if (groups_[g]->state() == GroupState::kNotOffloaded) {
+        groups_[g]->Truncate(before);
+      }
+    }
+    groups_.resize(std::min(groups_.size(), sizes_before.size()));
+    units_ = units_before;
+    diverged_ = diverged_before;
+  };
+  OFFLOAD_ASSIGN_OR_RETURN(
+      SavedTensor saved,
+      PushComposite(tensor, composite, handles_, core_.backend(),
+                    core_.stats()));
+  if (enabled) {
+    pushes_ = push + 1;
+    AfterPush(push);
+  }
+  return saved;
 }
 
 }  // namespace offload

@@ -1,8 +1,8 @@
-// Offloader::BudgetPolicy: the byte-budget schedule (SPEC §4.7) behind the
+// BudgetPolicy: the byte-budget schedule (SPEC §4.7) behind the
 // layer-mode front door, on the shared mechanism of engine/core.
 //
 // A unit is one storage whose views are pushed by consecutive Push calls
-// of a layer; each offloaded unit is a group of its own (GroupKey::Unit),
+// of a layer; each offloaded unit is a group of its own ("layer 3 unit 12"),
 // so it moves alone. The first iteration (and the one after the workload
 // changed) offloads nothing and records the units, their bytes and the
 // calls that push and pop them; at its FinishBackward the plan is made
@@ -27,7 +27,7 @@
 // order) makes the policy warn, keep every later tensor of the iteration on
 // device, and record the next iteration again; so does a backward whose
 // pops come where the plan frees (the free waits for the last pop).
-// Private to the //engine:offload library.
+// Private to the engine.
 
 #ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
 #define OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
@@ -39,15 +39,18 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/budget/budget_plan.h"
+#include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
-#include "engine/offload.h"
-#include "engine/offload_policy.h"
+#include "engine/layer/offloader_policy.h"
+#include "engine/offload_options.h"
+#include "engine/schedule.h"
 
 namespace offload {
 
-class Offloader::BudgetPolicy final : public Offloader::Impl {
+class BudgetPolicy final : public OffloaderPolicy {
  public:
   // REQUIRES: options.activation_budget_bytes > 0 (checked by Create).
   BudgetPolicy(Backend& backend, const OffloadOptions& options, Stream& d2h,
@@ -61,7 +64,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
   StatusOr<Tensor> Pop(const SavedTensor& saved) override;
   StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) override;
-  Status Manual(const char* call, int layer) override;
+  Status Manual(ManualCall call, int layer) override;
 
   bool WillOffload(int layer) const override;
   // The state of the layer's first offloaded unit; not_offloaded if none.
@@ -177,7 +180,7 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
 
   const OffloadOptions options_;
   const int64_t budget_;
-  const uint64_t owner_ = NewSavedTensorOwnerId();
+  HandleMaker handles_{"Offloader"};
   const ScheduleTable no_schedule_;
   OffloadCore core_;  // before groups_: they use it until destroyed
   std::vector<std::unique_ptr<OffloadGroup>> groups_;  // per unit index
@@ -189,7 +192,6 @@ class Offloader::BudgetPolicy final : public Offloader::Impl {
   std::vector<int> reload_order_;                     // by reload call
 
   // This iteration.
-  uint64_t iteration_ = 1;
   bool diverged_ = false;
   int forward_count_ = 0;
   int open_layer_ = -1;

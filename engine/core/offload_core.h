@@ -20,7 +20,7 @@
 #include "engine/backend.h"
 #include "engine/core/pinned_pool.h"
 #include "engine/diagnostics.h"
-#include "engine/offload_options.h"
+#include "engine/offload_stats.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
 

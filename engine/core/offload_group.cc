@@ -64,7 +64,7 @@ OffloadGroup::~OffloadGroup() {
 }
 
 std::string OffloadGroup::Where() const {
-  return key_.ToString() + " (" + GroupStateName(state_) + ")";
+  return label_ + " (" + GroupStateName(state_) + ")";
 }
 
 Status OffloadGroup::WrongState(const char* call) const {

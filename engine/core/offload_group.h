@@ -21,10 +21,9 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/core/group_key.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/span_planner.h"
-#include "engine/offload_options.h"
+#include "engine/offload_stats.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
 
@@ -37,15 +36,18 @@ class OffloadGroup {
   // one tag of the group's own.
   static constexpr int64_t kPinnedTagPerDType = -2;
 
-  // `core` must outlive the group. `pinned_tag` is the PinnedPool tag of
-  // the group's retained buffers (>= 0), or kPinnedTagPerDType.
-  OffloadGroup(OffloadCore& core, GroupKey key, int64_t pinned_tag)
-      : core_(core), key_(std::move(key)), pinned_tag_(pinned_tag) {}
+  // `core` must outlive the group. `label` names the group in messages
+  // (the front door decides what a group is: "layer 3", "layer 3 unit 12",
+  // "group 'core_attn' #0 of chunk (stage 0, microbatch 1)"). `pinned_tag`
+  // is the PinnedPool tag of the group's retained buffers (>= 0), or
+  // kPinnedTagPerDType.
+  OffloadGroup(OffloadCore& core, std::string label, int64_t pinned_tag)
+      : core_(core), label_(std::move(label)), pinned_tag_(pinned_tag) {}
   ~OffloadGroup();
   OffloadGroup(const OffloadGroup&) = delete;
   OffloadGroup& operator=(const OffloadGroup&) = delete;
 
-  const GroupKey& key() const { return key_; }
+  const std::string& label() const { return label_; }
   GroupState state() const { return state_; }
   int size() const { return static_cast<int>(entries_.size()); }
 
@@ -227,7 +229,7 @@ class OffloadGroup {
   Status FreeDue(const std::vector<const Storage*>& force);
 
   OffloadCore& core_;
-  const GroupKey key_;
+  const std::string label_;
   const int64_t pinned_tag_;
   GroupState state_ = GroupState::kNotOffloaded;
   // Copies may read the device storages (enqueued before a failure kept

@@ -57,7 +57,7 @@ class GroupCallsTest : public ::testing::Test {
   // Counts start after the tensors are made.
   void PushAndOffload(bool retain = false) {
     if (group_ == nullptr) {
-      group_ = std::make_unique<OffloadGroup>(*core_, GroupKey::Layer(0), 0);
+      group_ = std::make_unique<OffloadGroup>(*core_, "layer 0", 0);
     }
     std::vector<Tensor> tensors = MakeTensors();
     counting_.Reset();

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/offload_options.h"
+#include "engine/offload_stats.h"
 #include "engine/status.h"
 
 namespace offload {

@@ -33,23 +33,45 @@ Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
                           WhereFn([&where] { return where; }));
 }
 
-Status CheckHandle(const SavedTensor& saved, uint64_t owner,
-                   uint64_t iteration, bool check_iteration,
-                   const std::string& call, const std::string& front_door) {
-  if (saved.owner() == 0) {
-    return InvalidArgumentError(call + ": an empty SavedTensor (not from Push)");
-  }
-  if (saved.owner() != owner) {
-    return InvalidArgumentError(call + ": the SavedTensor belongs to another " +
-                                front_door);
-  }
-  if (check_iteration && saved.iteration() != iteration) {
-    return InvalidArgumentError(
-        call + ": the SavedTensor was pushed in iteration " +
-        std::to_string(saved.iteration()) + ", this is iteration " +
-        std::to_string(iteration));
+Status CheckComposite(const CompositeTensor& tensor, const CompositePush& push,
+                      const Backend& backend) {
+  if (!push.offloaded) return OkStatus();
+  for (size_t i = 0; i < tensor.components.size(); ++i) {
+    if (!tensor.components[i].has_value()) continue;
+    OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+        *tensor.components[i], backend, push.min_elements, [&] {
+          return push.where() + " of composite '" + tensor.name +
+                 "' component " + std::to_string(i);
+        }));
   }
   return OkStatus();
+}
+
+StatusOr<SavedTensor> PushComposite(const CompositeTensor& tensor,
+                                    const CompositePush& push,
+                                    const HandleMaker& handles,
+                                    const Backend& backend,
+                                    OffloaderStats& stats) {
+  OFFLOAD_RETURN_IF_ERROR(CheckComposite(tensor, push, backend));
+  const OffloaderStats stats_before = stats;
+  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
+  for (const std::optional<Tensor>& component : tensor.components) {
+    if (!component.has_value()) {
+      composite.components.emplace_back();
+    } else if (!push.offloaded) {
+      composite.components.emplace_back(handles.Kept(*component, push.slot));
+    } else {
+      StatusOr<SavedTensor> part = push.push_one(*component);
+      if (!part.ok()) {
+        push.undo();
+        stats = stats_before;
+        return part.status().WithContext("Push of composite '" + tensor.name +
+                                         "' (no component was pushed)");
+      }
+      composite.components.emplace_back(std::move(part).value());
+    }
+  }
+  return handles.Composite(push.slot, std::move(composite));
 }
 
 StatusOr<Tensor> PopPlain(const SavedTensor& saved, const PopOneFn& pop_one) {

@@ -1,6 +1,6 @@
-// What both front doors' pack and unpack hooks share: which tensors are
+// What every front door's pack and unpack hooks share: which tensors are
 // never offloaded (SPEC §1.2), the checks on a tensor a group would copy,
-// and popping a composite component by component.
+// and pushing and popping a composite component by component.
 
 #ifndef OFFLOAD_ENGINE_CORE_PUSH_CHECKS_H_
 #define OFFLOAD_ENGINE_CORE_PUSH_CHECKS_H_
@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/backend.h"
+#include "engine/core/handle_maker.h"
+#include "engine/offload_stats.h"
 #include "engine/saved_tensor.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
@@ -34,13 +37,40 @@ Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
 Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
                         int64_t min_elements, const std::string& where);
 
-// OK if `saved` came from a Push of the front door `owner` (named
-// `front_door` in messages) in `iteration` (any iteration unless
-// `check_iteration`). Errors: kInvalidArgument prefixed by `call`: an empty
-// handle, another front door's, or another iteration's.
-Status CheckHandle(const SavedTensor& saved, uint64_t owner,
-                   uint64_t iteration, bool check_iteration,
-                   const std::string& call, const std::string& front_door);
+// How a front door pushes one tensor into the group open now.
+using PushOneFn = std::function<StatusOr<SavedTensor>(const Tensor&)>;
+
+// A composite push: where it goes and how its front door pushes and
+// takes back a component.
+struct CompositePush {
+  int slot = -1;           // the layer or group slot pushed in (-1: none)
+  bool offloaded = false;  // components go to push_one; else kept as pushed
+  int64_t min_elements = 0;
+  WhereFn where;           // "Push in layer 3", for check errors
+  PushOneFn push_one;
+  // Takes back what push_one did for the components pushed so far.
+  std::function<void()> undo;
+};
+
+// PushComposite's checks (kInvalidArgument "<where()> of composite 'NAME'
+// component I"), for a front door with work to do between them and the
+// pushes. OK when `push.offloaded` is false.
+Status CheckComposite(const CompositeTensor& tensor, const CompositePush& push,
+                      const Backend& backend);
+
+// The pack hook of a composite, all or nothing (SPEC §1.4): absent
+// components stay absent; when `push.offloaded`, every present component is
+// first checked (CheckOffloadable against `backend`; errors "<where()> of
+// composite 'NAME' component I", nothing done), then pushed by push_one in
+// order; otherwise each is kept as pushed. If a component's push fails,
+// push.undo takes the earlier ones back and `stats` is restored.
+// Errors: a failed check; a failed push, with the context "Push of
+// composite 'NAME' (no component was pushed)".
+StatusOr<SavedTensor> PushComposite(const CompositeTensor& tensor,
+                                    const CompositePush& push,
+                                    const HandleMaker& handles,
+                                    const Backend& backend,
+                                    OffloaderStats& stats);
 
 using PopOneFn = std::function<StatusOr<Tensor>(const SavedTensor&)>;
 

@@ -7,11 +7,11 @@
 #include <utility>
 
 #include "engine/core/push_checks.h"
-#include "engine/pipeline/pipeline_impl.h"
+#include "engine/pipeline/pipeline_policy.h"
 
 namespace offload {
 
-Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
+Status PipelinePolicy::StartChunkBackward(int stage, int microbatch) {
   if (!options_.enabled) return OkStatus();
   const ChunkId id{stage, microbatch};
   const std::string where =
@@ -52,7 +52,7 @@ Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
   // Delayed offloads are issued before any backward (never dropped). If
   // that fails they are issued all the same, and the backward has not
   // begun: a retry goes on.
-  OFFLOAD_RETURN_IF_ERROR(IssueDelayedOffloads(where));
+  OFFLOAD_RETURN_IF_ERROR(IssueDelayedOffloads(DelayedIssue::kLeftOver, where));
   it->forward_ended = true;
   if (forward_chunk_ == index) forward_chunk_ = -1;
   it->backward_begun = true;
@@ -61,7 +61,7 @@ Status PipelineOffloader::Impl::StartChunkBackward(int stage, int microbatch) {
   return OkStatus();
 }
 
-Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {
+Status PipelinePolicy::GroupBackwardStart(std::string_view name) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
       "GroupBackwardStart('" + std::string(name) + "') in " + Iteration();
@@ -93,13 +93,12 @@ Status PipelineOffloader::Impl::GroupBackwardStart(std::string_view name) {
   return OkStatus();
 }
 
-Status PipelineOffloader::Impl::CheckHandle(const SavedTensor& saved,
+Status PipelinePolicy::CheckHandle(const SavedTensor& saved,
                                             const char* call) const {
-  return offload::CheckHandle(saved, owner_, iteration_, options_.enabled,
-                              call, "offloader");
+  return handles_.Check(saved, options_.enabled, call);
 }
 
-StatusOr<Tensor> PipelineOffloader::Impl::PopOne(const SavedTensor& saved) {
+StatusOr<Tensor> PipelinePolicy::PopOne(const SavedTensor& saved) {
   if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
   const SavedTensor::InGroup* entry = saved.group_entry();
   if (entry == nullptr || entry->group < 0 || entry->group >= next_slot_) {
@@ -118,19 +117,19 @@ StatusOr<Tensor> PipelineOffloader::Impl::PopOne(const SavedTensor& saved) {
   return group.Pop(entry->index);
 }
 
-StatusOr<Tensor> PipelineOffloader::Impl::Pop(const SavedTensor& saved) {
+StatusOr<Tensor> PipelinePolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
   return PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-StatusOr<CompositeTensor> PipelineOffloader::Impl::PopComposite(
+StatusOr<CompositeTensor> PipelinePolicy::PopComposite(
     const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
   return offload::PopComposite(
       saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-Status PipelineOffloader::Impl::GroupBackwardEnd(std::string_view name) {
+Status PipelinePolicy::GroupBackwardEnd(std::string_view name) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
       "GroupBackwardEnd('" + std::string(name) + "') in " + Iteration();
@@ -168,7 +167,7 @@ Status PipelineOffloader::Impl::GroupBackwardEnd(std::string_view name) {
   return status.WithContext(where + " of " + SlotName(slot));
 }
 
-Status PipelineOffloader::Impl::ReloadAhead(int chunk_index) {
+Status PipelinePolicy::ReloadAhead(int chunk_index) {
   // The next offloaded group of this chunk, in reverse commit order; one
   // group ahead only (upstream runs several ahead under partial offload
   // and raises the peak: SPEC §5.8e).
@@ -200,7 +199,7 @@ Status PipelineOffloader::Impl::ReloadAhead(int chunk_index) {
   return OkStatus();
 }
 
-Status PipelineOffloader::Impl::FinishIteration() {
+Status PipelinePolicy::FinishIteration() {
   if (!options_.enabled) return OkStatus();
   const std::string where = "FinishIteration of " + Iteration();
   for (const Chunk& chunk : chunks_) {
@@ -218,7 +217,7 @@ Status PipelineOffloader::Impl::FinishIteration() {
         std::to_string(chunks_.size()) + " chunks ran, warm-up ran " +
         std::to_string(recorded_.size()));
   }
-  Status first = IssueDelayedOffloads(where);
+  Status first = IssueDelayedOffloads(DelayedIssue::kLeftOver, where);
   if (!warmed_up_) Freeze();
   for (Slot& slot : slots_) {
     if (slot.group->state() != GroupState::kReleased) {
@@ -231,7 +230,7 @@ Status PipelineOffloader::Impl::FinishIteration() {
   first.Update(core_.RetryKept());
   chunks_.clear();
   order_ = ChunkOrder(options_.virtual_stages);
-  ++iteration_;
+  handles_.NextIteration();
   next_slot_ = 0;
   forward_chunk_ = backward_chunk_ = -1;
   backward_chunks_ = 0;
@@ -239,7 +238,7 @@ Status PipelineOffloader::Impl::FinishIteration() {
   return first.WithContext(where + " (the iteration ended)");
 }
 
-void PipelineOffloader::Impl::Freeze() {
+void PipelinePolicy::Freeze() {
   std::vector<int> backward = order_.backward();
   plan_ = FreezePlan(recorded_, backward,
                      FreezeOptions{options_.pipeline_rank,
@@ -264,7 +263,7 @@ void PipelineOffloader::Impl::Freeze() {
   warmed_up_ = true;
 }
 
-GroupDecision PipelineOffloader::Impl::Decision(int chunk, int index) const {
+GroupDecision PipelinePolicy::Decision(int chunk, int index) const {
   if (!warmed_up_ || chunk < 0 ||
       chunk >= static_cast<int>(plan_.decision.size()) || index < 0 ||
       index >= static_cast<int>(plan_.decision[chunk].size())) {
@@ -273,7 +272,7 @@ GroupDecision PipelineOffloader::Impl::Decision(int chunk, int index) const {
   return plan_.decision[chunk][index];
 }
 
-GroupState PipelineOffloader::Impl::state(int stage, int microbatch,
+GroupState PipelinePolicy::state(int stage, int microbatch,
                                           std::string_view name,
                                           int ordinal) const {
   for (int slot = 0; slot < next_slot_; ++slot) {
@@ -286,7 +285,7 @@ GroupState PipelineOffloader::Impl::state(int stage, int microbatch,
   return GroupState::kNotOffloaded;
 }
 
-int64_t PipelineOffloader::Impl::OffloadedBytes() const {
+int64_t PipelinePolicy::OffloadedBytes() const {
   int64_t total = core_.pinned().bytes();
   for (const Slot& slot : slots_) total += slot.group->host_bytes();
   return total;

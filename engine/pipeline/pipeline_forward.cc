@@ -6,11 +6,11 @@
 #include <utility>
 
 #include "engine/core/push_checks.h"
-#include "engine/pipeline/pipeline_impl.h"
+#include "engine/pipeline/pipeline_policy.h"
 
 namespace offload {
 
-PipelineOffloader::Impl::Impl(Backend& backend,
+PipelinePolicy::PipelinePolicy(Backend& backend,
                               const PipelineOffloadOptions& options,
                               Stream& d2h, Stream& h2d)
     : options_(options),
@@ -19,20 +19,20 @@ PipelineOffloader::Impl::Impl(Backend& backend,
                         options.warnings_to_stderr}),
       order_(options.virtual_stages) {}
 
-std::string PipelineOffloader::Impl::SlotName(int slot) const {
+std::string PipelinePolicy::SlotName(int slot) const {
   const Slot& s = slots_[slot];
   return "group '" + s.name + "' #" + std::to_string(s.ordinal) + " of " +
          chunks_[s.chunk].id.ToString() + " in " + Iteration();
 }
 
-int PipelineOffloader::Impl::FrontChunk() const {
+int PipelinePolicy::FrontChunk() const {
   const std::vector<int>& backward = order_.backward();
   return backward_chunks_ < static_cast<int>(backward.size())
              ? backward[backward_chunks_]
              : -1;
 }
 
-Status PipelineOffloader::Impl::FreeDropped() {
+Status PipelinePolicy::FreeDropped() {
   Status first = OkStatus();
   std::vector<int> still;
   for (int slot : pending_release_) {
@@ -44,7 +44,7 @@ Status PipelineOffloader::Impl::FreeDropped() {
   return first;
 }
 
-Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
+Status PipelinePolicy::StartChunk(int stage, int microbatch) {
   if (!options_.enabled) return OkStatus();
   const ChunkId id{stage, microbatch};
   const std::string where = "StartChunk(" + id.ToString() + ") in " +
@@ -98,7 +98,7 @@ Status PipelineOffloader::Impl::StartChunk(int stage, int microbatch) {
   return OkStatus();
 }
 
-Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
+Status PipelinePolicy::GroupStart(std::string_view name) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
       "GroupStart('" + std::string(name) + "') in " + Iteration();
@@ -133,8 +133,9 @@ Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
                            options_.offload_modules.end(),
                            name) != options_.offload_modules.end();
     s.group = std::make_unique<OffloadGroup>(
-        core_, GroupKey::Named(chunk.id.stage, chunk.id.microbatch,
-                               std::string(name), ordinal),
+        core_,
+        "group '" + s.name + "' #" + std::to_string(ordinal) + " of " +
+            chunk.id.ToString(),
         OffloadGroup::kPinnedTagPerDType);
     slots_.push_back(std::move(s));
   }
@@ -155,7 +156,7 @@ Status PipelineOffloader::Impl::GroupStart(std::string_view name) {
   return OkStatus();
 }
 
-Status PipelineOffloader::Impl::CheckNotCapturing(
+Status PipelinePolicy::CheckNotCapturing(
     int slot, const std::string& call) const {
   if (options_.delay_offload || !Capturing()) return OkStatus();
   // Not capture-safe: the offload allocates pinned memory (the pool may
@@ -170,11 +171,11 @@ Status PipelineOffloader::Impl::CheckNotCapturing(
       "Launch); nothing changed");
 }
 
-StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
+StatusOr<SavedTensor> PipelinePolicy::PushOne(const Tensor& tensor,
                                                        int slot) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
-    return Kept(tensor, slot);
+    return handles_.Kept(tensor, slot);
   }
   int index = -1;
   if (options_.delay_offload && tensor.ready == nullptr) {
@@ -194,17 +195,16 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::PushOne(const Tensor& tensor,
     OFFLOAD_ASSIGN_OR_RETURN(index, slots_[slot].group->AddPushed(tensor));
   }
   ++core_.stats().tensors_offloaded;
-  return SavedTensor(owner_, iteration_, slot,
-                     SavedTensor::InGroup{slot, index});
+  return handles_.InGroup(slot, slot, index);
 }
 
-StatusOr<SavedTensor> PipelineOffloader::Impl::Push(const Tensor& tensor) {
+StatusOr<SavedTensor> PipelinePolicy::Push(const Tensor& tensor) {
   if (!options_.enabled || forward_chunk_ < 0 ||
       chunks_[forward_chunk_].open.empty()) {
-    return Kept(tensor, -1);
+    return handles_.Kept(tensor, -1);
   }
   const int slot = chunks_[forward_chunk_].open.back();
-  if (!slots_[slot].offload) return Kept(tensor, slot);  // §4.4
+  if (!slots_[slot].offload) return handles_.Kept(tensor, slot);  // §4.4
   OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
   OFFLOAD_RETURN_IF_ERROR(
       CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
@@ -212,48 +212,27 @@ StatusOr<SavedTensor> PipelineOffloader::Impl::Push(const Tensor& tensor) {
   return PushOne(tensor, slot);
 }
 
-StatusOr<SavedTensor> PipelineOffloader::Impl::Push(
-    const CompositeTensor& tensor) {
+StatusOr<SavedTensor> PipelinePolicy::Push(const CompositeTensor& tensor) {
   int slot = -1;
   if (options_.enabled && forward_chunk_ >= 0 &&
       !chunks_[forward_chunk_].open.empty()) {
     slot = chunks_[forward_chunk_].open.back();
   }
-  const bool offloaded = slot >= 0 && slots_[slot].offload;
-  if (offloaded) {
+  CompositePush push;
+  push.slot = slot;
+  push.offloaded = slot >= 0 && slots_[slot].offload;
+  if (push.offloaded) {
     OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
-    for (size_t i = 0; i < tensor.components.size(); ++i) {
-      if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
-          *tensor.components[i], core_.backend(),
-          options_.min_offload_elements,
-          "Push in " + SlotName(slot) + " of composite '" + tensor.name +
-              "' component " + std::to_string(i)));
-    }
   }
-  const int size = offloaded ? slots_[slot].group->size() : 0;
-  const OffloaderStats before = core_.stats();
-  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
-  for (const std::optional<Tensor>& component : tensor.components) {
-    if (!component.has_value()) {
-      composite.components.emplace_back();
-    } else if (!offloaded) {
-      composite.components.emplace_back(Kept(*component, slot));
-    } else {
-      StatusOr<SavedTensor> part = PushOne(*component, slot);
-      if (!part.ok()) {
-        slots_[slot].group->Truncate(size);
-        core_.stats() = before;
-        return part.status().WithContext("Push of composite '" + tensor.name +
-                                         "' (no component was pushed)");
-      }
-      composite.components.emplace_back(std::move(part).value());
-    }
-  }
-  return SavedTensor(owner_, iteration_, slot, std::move(composite));
+  push.min_elements = options_.min_offload_elements;
+  push.where = [this, slot] { return "Push in " + SlotName(slot); };
+  push.push_one = [this, slot](const Tensor& t) { return PushOne(t, slot); };
+  const int size = push.offloaded ? slots_[slot].group->size() : 0;
+  push.undo = [this, slot, size] { slots_[slot].group->Truncate(size); };
+  return PushComposite(tensor, push, handles_, core_.backend(), core_.stats());
 }
 
-std::vector<const Storage*> PipelineOffloader::Impl::ForcedReleases(
+std::vector<const Storage*> PipelinePolicy::ForcedReleases(
     int slot, const std::vector<Tensor>& release) {
   std::vector<const Storage*> force;
   const OffloadGroup& group = *slots_[slot].group;
@@ -284,7 +263,7 @@ std::vector<const Storage*> PipelineOffloader::Impl::ForcedReleases(
   return force;
 }
 
-Status PipelineOffloader::Impl::GroupCommit(
+Status PipelinePolicy::GroupCommit(
     std::string_view name, const std::vector<Tensor>& release_tensors) {
   if (!options_.enabled) return OkStatus();
   const std::string where =
@@ -322,7 +301,7 @@ Status PipelineOffloader::Impl::GroupCommit(
                             " (committed)");
 }
 
-Status PipelineOffloader::Impl::Offload(int slot,
+Status PipelinePolicy::Offload(int slot,
                                         const std::vector<Tensor>& release) {
   OffloadGroup& group = *slots_[slot].group;
   OFFLOAD_RETURN_IF_ERROR(group.StartOffload(options_.pinned_pool));
@@ -333,9 +312,9 @@ Status PipelineOffloader::Impl::Offload(int slot,
   return status;
 }
 
-Status PipelineOffloader::Impl::IssueDelayedOffloads(
-    const std::string& caller) {
-  const bool explicit_call = caller == "IssueDelayedOffloads";
+Status PipelinePolicy::IssueDelayedOffloads(DelayedIssue issue,
+                                            const std::string& caller) {
+  const bool explicit_call = issue == DelayedIssue::kExplicit;
   if ((explicit_call || !delayed_.empty()) && Capturing()) {
     // Issued now, the copies would be captured into the graph: what
     // delaying avoids. The queue stays.
@@ -381,7 +360,7 @@ Status PipelineOffloader::Impl::IssueDelayedOffloads(
   return first;
 }
 
-Status PipelineOffloader::Impl::ApplyCap(int slot) {
+Status PipelinePolicy::ApplyCap(int slot) {
   auto cap = options_.max_inflight.find(slots_[slot].name);
   if (cap == options_.max_inflight.end()) return OkStatus();
   std::deque<int>& inflight =

@@ -1,4 +1,4 @@
-#include "engine/offload_options.h"
+#include "engine/offload_stats.h"
 
 namespace offload {
 

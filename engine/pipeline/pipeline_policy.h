@@ -1,10 +1,13 @@
-// PipelineOffloader::Impl: Megatron's fine-grained policy (engine/
+// PipelinePolicy: Megatron's fine-grained policy (engine/
 // pipeline_offload.h) on the shared mechanism of engine/core. Which group
 // moves when: groups offload at commit, reload one group ahead in backward
-// order (SPEC §5.3), and after warm-up follow the frozen plan (§5.4).
+// order (SPEC §5.3), and after warm-up follow the frozen plan (§5.4). Each
+// method has the contract of the PipelineOffloader method of the same
+// name; the front door only checks its options and forwards. Private to
+// the engine.
 
-#ifndef OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
-#define OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
+#ifndef OFFLOAD_ENGINE_PIPELINE_PIPELINE_POLICY_H_
+#define OFFLOAD_ENGINE_PIPELINE_PIPELINE_POLICY_H_
 
 #include <deque>
 #include <map>
@@ -14,18 +17,33 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/backend.h"
+#include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
+#include "engine/offload_stats.h"
 #include "engine/pipeline/chunk_order.h"
 #include "engine/pipeline/freeze_plan.h"
-#include "engine/pipeline_offload.h"
+#include "engine/pipeline_options.h"
+#include "engine/pipeline_summary.h"
+#include "engine/saved_tensor.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
 
 namespace offload {
 
-class PipelineOffloader::Impl {
+// Who issues the delayed offloads (delay_offload, §5.7).
+enum class DelayedIssue {
+  kExplicit,  // the caller's IssueDelayedOffloads
+  // StartChunkBackward or FinishIteration, issuing what is still queued
+  // (with a warning naming it).
+  kLeftOver,
+};
+
+class PipelinePolicy {
  public:
-  Impl(Backend& backend, const PipelineOffloadOptions& options, Stream& d2h,
-       Stream& h2d);
+  PipelinePolicy(Backend& backend, const PipelineOffloadOptions& options,
+                 Stream& d2h, Stream& h2d);
 
   Status StartChunk(int stage, int microbatch);
   Status GroupStart(std::string_view name);
@@ -33,11 +51,10 @@ class PipelineOffloader::Impl {
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor);
   Status GroupCommit(std::string_view name,
                      const std::vector<Tensor>& release_tensors);
-  // Issues the queued offloads; `caller` names who does it (a warning when
-  // it is not IssueDelayedOffloads). kFailedPrecondition while the compute
-  // stream captures (nothing changes): from IssueDelayedOffloads always,
-  // from the others when something is queued.
-  Status IssueDelayedOffloads(const std::string& caller);
+  // Issues the queued offloads; `caller` names the call in messages.
+  // kFailedPrecondition while the compute stream captures (nothing
+  // changes): for kExplicit always, for kLeftOver when something is queued.
+  Status IssueDelayedOffloads(DelayedIssue issue, const std::string& caller);
   Status StartChunkBackward(int stage, int microbatch);
   Status GroupBackwardStart(std::string_view name);
   StatusOr<Tensor> Pop(const SavedTensor& saved);
@@ -94,9 +111,7 @@ class PipelineOffloader::Impl {
   bool Capturing() const {
     return core_.backend().IsCapturing(core_.compute());
   }
-  std::string Iteration() const {
-    return "iteration " + std::to_string(iteration_);
-  }
+  std::string Iteration() const { return handles_.Iteration(); }
   std::string SlotName(int slot) const;
   // The chunk at the front of the backward order (next to run backward),
   // or -1.
@@ -121,17 +136,13 @@ class PipelineOffloader::Impl {
   // Freezes the plan after warm-up.
   void Freeze();
   void EndIteration();
-  SavedTensor Kept(const Tensor& tensor, int slot) const {
-    return SavedTensor(owner_, iteration_, slot, SavedTensor::Kept{tensor});
-  }
 
   const PipelineOffloadOptions options_;
-  const uint64_t owner_ = NewSavedTensorOwnerId();
+  HandleMaker handles_{"PipelineOffloader"};
   OffloadCore core_;  // before slots_: groups use it until destroyed
   std::vector<Slot> slots_;
   std::vector<Chunk> chunks_;
   ChunkOrder order_;
-  uint64_t iteration_ = 1;
   int next_slot_ = 0;
   int forward_chunk_ = -1;   // the chunk whose forward runs
   int backward_chunk_ = -1;  // the chunk whose backward runs
@@ -154,4 +165,4 @@ class PipelineOffloader::Impl {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_PIPELINE_PIPELINE_IMPL_H_
+#endif  // OFFLOAD_ENGINE_PIPELINE_PIPELINE_POLICY_H_

@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/offload_impl.h"
+#include "engine/layer/layer_policy.h"
 
 namespace offload {
 
-std::string Offloader::LayerPolicy::MidIteration() const {
+std::string LayerPolicy::MidIteration() const {
   if (forward_count_ == 0 && backward_count_ == 0) return "";
   return "in the middle of " + Iteration() + " (" +
          std::to_string(forward_count_) + " forward and " +
@@ -19,11 +19,11 @@ std::string Offloader::LayerPolicy::MidIteration() const {
          "FinishBackward ends it)";
 }
 
-void Offloader::LayerPolicy::RecordWarmupNeeds(int layer) {
+void LayerPolicy::RecordWarmupNeeds(int layer) {
   warmup_blocks_[layer] = Group(layer).PlannedHostBlocks();
 }
 
-void Offloader::LayerPolicy::CheckCapturedOffload(int layer) {
+void LayerPolicy::CheckCapturedOffload(int layer) {
   if (!capturing_) return;
   const OffloadGroup& group = Group(layer);
   if (group.state() != GroupState::kKeptOnDevice) return;
@@ -33,7 +33,7 @@ void Offloader::LayerPolicy::CheckCapturedOffload(int layer) {
       "see the warnings)");
 }
 
-Status Offloader::LayerPolicy::BeginWarmup() {
+Status LayerPolicy::BeginWarmup() {
   const std::string mid = MidIteration();
   if (!mid.empty()) return FailedPreconditionError("BeginWarmup " + mid);
   if (warmup_) return FailedPreconditionError("BeginWarmup: already warming up");
@@ -47,7 +47,7 @@ Status Offloader::LayerPolicy::BeginWarmup() {
   return OkStatus();
 }
 
-Status Offloader::LayerPolicy::EndWarmup() {
+Status LayerPolicy::EndWarmup() {
   const std::string mid = MidIteration();
   if (!mid.empty()) return FailedPreconditionError("EndWarmup " + mid);
   if (!warmup_) {
@@ -57,7 +57,7 @@ Status Offloader::LayerPolicy::EndWarmup() {
   return OkStatus();
 }
 
-Status Offloader::LayerPolicy::BeginCapture(CaptureMode mode) {
+Status LayerPolicy::BeginCapture(CaptureMode mode) {
   Backend& backend = core_.backend();
   if (!backend.SupportsGraphs()) {
     return UnimplementedError(
@@ -103,7 +103,7 @@ Status Offloader::LayerPolicy::BeginCapture(CaptureMode mode) {
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<Graph>> Offloader::LayerPolicy::EndCapture() {
+StatusOr<std::unique_ptr<Graph>> LayerPolicy::EndCapture() {
   if (!capturing_) {
     return FailedPreconditionError(
         "Offloader::EndCapture: no capture was begun by BeginCapture");

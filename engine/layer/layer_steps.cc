@@ -1,9 +1,11 @@
-#include "engine/layer_steps.h"
+#include "engine/layer/layer_steps.h"
 
 #include <string>
 #include <vector>
 
 namespace offload {
+
+std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
 
 Status CheckForwardStep(const std::string& iteration, int layers,
                         int forward_count, int backward_count) {

@@ -1,9 +1,10 @@
 // The call-order rules of the layer front door's steps (engine/offload.h,
-// SPEC §4.6), shared by its policies: TE's schedules (offload_impl.h) and
-// the byte budget (budget/budget_policy.h). Each check changes nothing.
+// SPEC §4.6) and how messages name a layer, shared by its policies: TE's
+// schedules (layer/layer_policy.h) and the byte budget
+// (budget/budget_policy.h). Each check changes nothing.
 
-#ifndef OFFLOAD_ENGINE_LAYER_STEPS_H_
-#define OFFLOAD_ENGINE_LAYER_STEPS_H_
+#ifndef OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
+#define OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
 
 #include <string>
 #include <vector>
@@ -11,6 +12,9 @@
 #include "engine/status.h"
 
 namespace offload {
+
+// "layer 3", as every message of the layer front door names a layer.
+std::string LayerName(int layer);
 
 // ForwardStep's errors before it does anything: kFailedPrecondition once
 // the backward pass of the iteration began, or when all `layers` forwards
@@ -33,4 +37,4 @@ Status CheckFinishBackward(const std::string& iteration, int backward_count);
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_LAYER_STEPS_H_
+#endif  // OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_

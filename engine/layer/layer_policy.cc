@@ -6,20 +6,16 @@
 #include <utility>
 #include <vector>
 
+#include "engine/layer/layer_policy.h"
+
 #include "engine/core/push_checks.h"
-#include "engine/layer_steps.h"
-#include "engine/offload_impl.h"
+#include "engine/layer/layer_steps.h"
 
 namespace offload {
-namespace {
-
-std::string LayerName(int layer) { return "layer " + std::to_string(layer); }
-
-}  // namespace
 
 // Ends the collection of the open layer's pushes; with automatic scheduling
 // an offloaded layer starts its offload now. Idempotent.
-Status Offloader::LayerPolicy::CloseForward() {
+Status LayerPolicy::CloseForward() {
   if (open_layer_ < 0) return OkStatus();
   OffloadGroup& group = Group(open_layer_);
   if (!options_.manual_synchronization && WillOffload(open_layer_) &&
@@ -38,7 +34,7 @@ Status Offloader::LayerPolicy::CloseForward() {
 // The releases and reloads the schedule puts at `step`. Each acts only on a
 // group in the state before it, so a step retried after a failed reload
 // does only what is left.
-Status Offloader::LayerPolicy::RunStep(int step) {
+Status LayerPolicy::RunStep(int step) {
   if (auto it = release_at_.find(step); it != release_at_.end()) {
     for (int layer : it->second) {
       OffloadGroup& group = Group(layer);
@@ -58,7 +54,7 @@ Status Offloader::LayerPolicy::RunStep(int step) {
   return OkStatus();
 }
 
-StatusOr<int> Offloader::LayerPolicy::ForwardStep() {
+StatusOr<int> LayerPolicy::ForwardStep() {
   const int n = options_.model_layers;
   if (!options_.enabled) return forward_count_++ % n;
   OFFLOAD_RETURN_IF_ERROR(
@@ -73,7 +69,7 @@ StatusOr<int> Offloader::LayerPolicy::ForwardStep() {
   return layer;
 }
 
-Status Offloader::LayerPolicy::BackwardStep(int layer) {
+Status LayerPolicy::BackwardStep(int layer) {
   const int n = options_.model_layers;
   if (!options_.enabled) return OkStatus();
   const std::string where =
@@ -99,7 +95,7 @@ Status Offloader::LayerPolicy::BackwardStep(int layer) {
   return OkStatus();
 }
 
-Status Offloader::LayerPolicy::FinishBackward() {
+Status LayerPolicy::FinishBackward() {
   if (!options_.enabled) {
     forward_count_ = 0;
     return OkStatus();
@@ -110,7 +106,7 @@ Status Offloader::LayerPolicy::FinishBackward() {
   open_layer_ = -1;
   Status first =
       EndIteration(core_, groups_, retain_pinned_);
-  iteration_++;
+  handles_.NextIteration();
   forward_count_ = 0;
   backward_count_ = 0;
   last_backward_ = -1;
@@ -118,7 +114,7 @@ Status Offloader::LayerPolicy::FinishBackward() {
   return first.WithContext("FinishBackward (the iteration ended)");
 }
 
-Status Offloader::LayerPolicy::CheckPush(const std::string& what) const {
+Status LayerPolicy::CheckPush(const std::string& what) const {
   if (open_layer_ >= 0) return OkStatus();
   std::string why =
       forward_count_ == 0
@@ -129,84 +125,57 @@ Status Offloader::LayerPolicy::CheckPush(const std::string& what) const {
                                  ": no layer's forward is open: " + why);
 }
 
-StatusOr<SavedTensor> Offloader::LayerPolicy::PushOne(const Tensor& tensor,
+StatusOr<SavedTensor> LayerPolicy::PushOne(const Tensor& tensor,
                                                int layer) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
-    return Kept(tensor, layer);
+    return handles_.Kept(tensor, layer);
   }
   OFFLOAD_ASSIGN_OR_RETURN(const int index, Group(layer).AddPushed(tensor));
   if (!warmup_) ++core_.stats().tensors_offloaded;
-  return SavedTensor(owner_, iteration_, layer,
-                     SavedTensor::InGroup{layer, index});
+  return handles_.InGroup(layer, layer, index);
 }
 
-StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const Tensor& tensor) {
-  if (!options_.enabled) return Kept(tensor, -1);
+StatusOr<SavedTensor> LayerPolicy::Push(const Tensor& tensor) {
+  if (!options_.enabled) return handles_.Kept(tensor, -1);
   if (open_layer_ < 0) return CheckPush("tensor " + tensor.Describe());
   const int layer = open_layer_;
   // SPEC §4.4: no processing at all for layers that are not offloaded.
-  if (!WillOffload(layer)) return Kept(tensor, layer);
+  if (!WillOffload(layer)) return handles_.Kept(tensor, layer);
   OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
       tensor, [layer] { return "Push in " + LayerName(layer); }));
   return PushOne(tensor, layer);
 }
 
-Status Offloader::LayerPolicy::CheckOffloadable(const Tensor& tensor,
+Status LayerPolicy::CheckOffloadable(const Tensor& tensor,
                                                 const WhereFn& where) const {
   return offload::CheckOffloadable(tensor, core_.backend(),
                                    options_.min_offload_elements, where);
 }
 
-StatusOr<SavedTensor> Offloader::LayerPolicy::Push(const CompositeTensor& tensor) {
+StatusOr<SavedTensor> LayerPolicy::Push(const CompositeTensor& tensor) {
   const bool enabled = options_.enabled;
   if (enabled) {
     OFFLOAD_RETURN_IF_ERROR(CheckPush("composite '" + tensor.name + "'"));
   }
   const int layer = enabled ? open_layer_ : -1;
-  const bool offloaded = enabled && WillOffload(layer);
-  // Check every component before touching anything: a failed push adds
-  // nothing to the group.
-  if (offloaded) {
-    for (size_t i = 0; i < tensor.components.size(); ++i) {
-      if (!tensor.components[i].has_value()) continue;
-      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(*tensor.components[i], [&] {
-        return "Push in " + LayerName(layer) + " of composite '" +
-               tensor.name + "' component " + std::to_string(i);
-      }));
-    }
-  }
-  // All or nothing: a component that fails to push (its ready point could
-  // not be recorded) takes the earlier ones out of the group again.
-  const int group_size = offloaded ? Group(layer).size() : 0;
-  const OffloaderStats stats_before = core_.stats();
-  SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
-  for (const std::optional<Tensor>& component : tensor.components) {
-    if (!component.has_value()) {
-      composite.components.emplace_back();
-    } else if (!offloaded) {
-      composite.components.emplace_back(Kept(*component, layer));
-    } else {
-      StatusOr<SavedTensor> part = PushOne(*component, layer);
-      if (!part.ok()) {
-        Group(layer).Truncate(group_size);
-        core_.stats() = stats_before;
-        return part.status().WithContext("Push of composite '" + tensor.name +
-                                         "' (no component was pushed)");
-      }
-      composite.components.emplace_back(std::move(part).value());
-    }
-  }
-  return SavedTensor(owner_, iteration_, layer, std::move(composite));
+  CompositePush push;
+  push.slot = layer;
+  push.offloaded = enabled && WillOffload(layer);
+  push.min_elements = options_.min_offload_elements;
+  push.where = [layer] { return "Push in " + LayerName(layer); };
+  push.push_one = [this, layer](const Tensor& t) { return PushOne(t, layer); };
+  const int group_size = push.offloaded ? Group(layer).size() : 0;
+  push.undo = [this, layer, group_size] { Group(layer).Truncate(group_size); };
+  return PushComposite(tensor, push, handles_, core_.backend(), core_.stats());
 }
 
-Status Offloader::LayerPolicy::CheckHandle(const SavedTensor& saved,
+Status LayerPolicy::CheckHandle(const SavedTensor& saved,
                                     const char* call) const {
-  return offload::CheckHandle(saved, owner_, iteration_, options_.enabled,
-                              call, "Offloader");
+  return handles_.Check(saved, options_.enabled, call);
 }
 
-StatusOr<Tensor> Offloader::LayerPolicy::PopOne(const SavedTensor& saved) {
+StatusOr<Tensor> LayerPolicy::PopOne(const SavedTensor& saved) {
   if (const SavedTensor::Kept* kept = saved.kept()) return kept->tensor;
   const SavedTensor::InGroup* entry = saved.group_entry();
   if (entry == nullptr || entry->group < 0 ||
@@ -222,21 +191,22 @@ StatusOr<Tensor> Offloader::LayerPolicy::PopOne(const SavedTensor& saved) {
   return groups_[entry->group]->Pop(entry->index);
 }
 
-StatusOr<Tensor> Offloader::LayerPolicy::Pop(const SavedTensor& saved) {
+StatusOr<Tensor> LayerPolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "Pop"));
   return PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-StatusOr<CompositeTensor> Offloader::LayerPolicy::PopComposite(
+StatusOr<CompositeTensor> LayerPolicy::PopComposite(
     const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckHandle(saved, "PopComposite"));
   return offload::PopComposite(
       saved, [this](const SavedTensor& s) { return PopOne(s); });
 }
 
-Status Offloader::LayerPolicy::Manual(const char* call, int layer) {
+Status LayerPolicy::Manual(ManualCall call, int layer) {
   if (!options_.enabled) return OkStatus();
-  const std::string where = std::string(call) + "(" + LayerName(layer) + ")";
+  const std::string where =
+      std::string(ManualCallName(call)) + "(" + LayerName(layer) + ")";
   if (!options_.manual_synchronization) {
     return FailedPreconditionError(
         where + ": only with manual_synchronization; otherwise the schedule "
@@ -252,26 +222,29 @@ Status Offloader::LayerPolicy::Manual(const char* call, int layer) {
                                    Iteration());
   }
   OffloadGroup& group = Group(layer);
-  const std::string name = call;
-  if (name == "StartOffload" && backward_begun_[layer]) {
-    return FailedPreconditionError(where + ": its backward already began in " +
-                                   Iteration());
-  }
-  if (warmup_) {  // nothing moves; StartOffload records what it would take
-    if (name == "StartOffload" && group.state() == GroupState::kNotOffloaded) {
-      RecordWarmupNeeds(layer);
+  switch (call) {
+    case ManualCall::kStartOffload:
+      if (backward_begun_[layer]) {
+        return FailedPreconditionError(
+            where + ": its backward already began in " + Iteration());
+      }
+      if (warmup_) {  // nothing moves; record what it would take
+        if (group.state() == GroupState::kNotOffloaded) {
+          RecordWarmupNeeds(layer);
+          if (open_layer_ == layer) open_layer_ = -1;  // closed
+        }
+        return OkStatus();
+      }
+      OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
+      CheckCapturedOffload(layer);
       if (open_layer_ == layer) open_layer_ = -1;  // closed
-    }
-    return OkStatus();
+      return OkStatus();
+    case ManualCall::kReleaseForwardMemory:
+      return warmup_ ? OkStatus() : group.ReleaseForwardMemory();
+    case ManualCall::kStartReload:
+      return warmup_ ? OkStatus() : group.StartReload();
   }
-  if (name == "StartOffload") {
-    OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
-    CheckCapturedOffload(layer);
-    if (open_layer_ == layer) open_layer_ = -1;  // closed
-    return OkStatus();
-  }
-  if (name == "ReleaseForwardMemory") return group.ReleaseForwardMemory();
-  return group.StartReload();
+  return InvalidArgumentError(where + ": unknown manual call");
 }
 
 }  // namespace offload

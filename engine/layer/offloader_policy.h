@@ -1,25 +1,38 @@
-// Offloader::Impl: what the layer-mode front door (engine/offload.h) asks of
+// OffloaderPolicy: what the layer-mode front door (engine/offload.h) asks of
 // a policy. Two policies implement it on the shared mechanism of
 // engine/core: TE's schedule of whole layers (LayerPolicy,
-// engine/offload_impl.h: default k-of-n, a schedule table, manual calls)
-// and the byte budget of SPEC §4.7 (BudgetPolicy, engine/budget/). Each
-// method has the contract of the Offloader method of the same name.
-// Private to the engine.
+// engine/layer/layer_policy.h: default k-of-n, a schedule table, manual
+// calls) and the byte budget of SPEC §4.7 (BudgetPolicy,
+// engine/budget/budget_policy.h). Each method has the contract of the
+// Offloader method of the same name; the Offloader only checks its options
+// and forwards. Private to the engine.
 
-#ifndef OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
-#define OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
+#ifndef OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_
+#define OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "engine/backend.h"
 #include "engine/core/offload_core.h"
-#include "engine/offload.h"
+#include "engine/offload_options.h"
+#include "engine/saved_tensor.h"
+#include "engine/schedule.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
 
 namespace offload {
 
-class Offloader::Impl {
+// The manual-synchronization calls (SPEC §4.3), one method of the policy.
+enum class ManualCall { kStartOffload, kReleaseForwardMemory, kStartReload };
+
+// "StartOffload", "ReleaseForwardMemory", "StartReload".
+const char* ManualCallName(ManualCall call);
+
+class OffloaderPolicy {
  public:
-  virtual ~Impl() = default;
+  virtual ~OffloaderPolicy() = default;
 
   virtual StatusOr<int> ForwardStep() = 0;
   virtual Status BackwardStep(int layer) = 0;
@@ -28,8 +41,8 @@ class Offloader::Impl {
   virtual StatusOr<SavedTensor> Push(const CompositeTensor& tensor) = 0;
   virtual StatusOr<Tensor> Pop(const SavedTensor& saved) = 0;
   virtual StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) = 0;
-  // StartOffload, ReleaseForwardMemory or StartReload (`call`).
-  virtual Status Manual(const char* call, int layer) = 0;
+  // Offloader::StartOffload, ReleaseForwardMemory or StartReload.
+  virtual Status Manual(ManualCall call, int layer) = 0;
 
   virtual bool WillOffload(int layer) const = 0;
   virtual GroupState state(int layer) const = 0;
@@ -37,7 +50,7 @@ class Offloader::Impl {
   virtual const ScheduleTable& schedule() const = 0;
   virtual std::string BudgetPlanText() const { return ""; }
   // Graph capture (SPEC §5.7). A policy that cannot be captured refuses
-  // each with kFailedPrecondition naming `why_not`.
+  // each with kFailedPrecondition naming `why_not_capturable()`.
   virtual Status BeginWarmup() { return NotCapturable("BeginWarmup"); }
   virtual Status EndWarmup() { return NotCapturable("EndWarmup"); }
   virtual Status BeginCapture(CaptureMode /*mode*/) {
@@ -66,4 +79,4 @@ class Offloader::Impl {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_OFFLOAD_POLICY_H_
+#endif  // OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_

@@ -1,9 +1,10 @@
-// Offloader::LayerPolicy: TE's layer policy (engine/offload.h) on the shared
-// mechanism of engine/core: default k-of-n, a schedule table, or manual
-// calls. Private to the //engine:offload library.
+// LayerPolicy: TE's policy of when whole layers move (engine/offload.h) on
+// the shared mechanism of engine/core: default k-of-n, a schedule table, or
+// manual calls; and the graph capture of its iterations (layer_capture.cc).
+// Private to the engine.
 
-#ifndef OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
-#define OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
+#ifndef OFFLOAD_ENGINE_LAYER_LAYER_POLICY_H_
+#define OFFLOAD_ENGINE_LAYER_LAYER_POLICY_H_
 
 #include <map>
 #include <memory>
@@ -11,16 +12,19 @@
 #include <utility>
 #include <vector>
 
-#include "engine/core/group_key.h"
+#include "engine/backend.h"
+#include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
 #include "engine/core/push_checks.h"
-#include "engine/offload.h"
-#include "engine/offload_policy.h"
+#include "engine/layer/layer_steps.h"
+#include "engine/layer/offloader_policy.h"
+#include "engine/offload_options.h"
+#include "engine/schedule.h"
 
 namespace offload {
 
-class Offloader::LayerPolicy final : public Offloader::Impl {
+class LayerPolicy final : public OffloaderPolicy {
  public:
   LayerPolicy(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
        Stream& d2h, Stream& h2d)
@@ -50,7 +54,7 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
   StatusOr<Tensor> Pop(const SavedTensor& saved) override;
   StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved) override;
-  Status Manual(const char* call, int layer) override;
+  Status Manual(ManualCall call, int layer) override;
 
   bool WillOffload(int layer) const override {
     if (!options_.enabled || layer < 0 || layer >= options_.model_layers) {
@@ -93,9 +97,7 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   // During a capture: `layer`'s StartOffload just ran; a layer that stayed
   // on device is a capture problem (EndCapture fails).
   void CheckCapturedOffload(int layer);
-  std::string Iteration() const {
-    return "iteration " + std::to_string(iteration_);
-  }
+  std::string Iteration() const { return handles_.Iteration(); }
   Status CloseForward();
   Status RunStep(int step);
   Status CheckPush(const std::string& what) const;
@@ -110,7 +112,7 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   OffloadGroup& Group(int layer) {
     std::unique_ptr<OffloadGroup>& group = groups_[layer];
     if (group == nullptr) {
-      group = std::make_unique<OffloadGroup>(core_, GroupKey::Layer(layer),
+      group = std::make_unique<OffloadGroup>(core_, LayerName(layer),
                                              /*pinned_tag=*/layer);
     }
     return *group;
@@ -119,13 +121,10 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   // and ready event belong to this backend (a foreign storage would be read
   // through another backend's address space: silent corruption).
   Status CheckOffloadable(const Tensor& tensor, const WhereFn& where) const;
-  SavedTensor Kept(const Tensor& tensor, int layer) const {
-    return SavedTensor(owner_, iteration_, layer, SavedTensor::Kept{tensor});
-  }
 
   const OffloadOptions options_;
   const ScheduleTable schedule_;
-  const uint64_t owner_ = NewSavedTensorOwnerId();
+  HandleMaker handles_{"Offloader"};
   OffloadCore core_;  // before groups_: they use it until destroyed
   std::vector<std::unique_ptr<OffloadGroup>> groups_;
   // The policy: which layers are released / start reloading at each step
@@ -133,7 +132,6 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
   std::map<int, std::vector<int>> release_at_;
   std::map<int, std::vector<int>> reload_at_;
 
-  uint64_t iteration_ = 1;
   int forward_count_ = 0;   // layers whose forward began this iteration
   int backward_count_ = 0;  // layers whose backward began this iteration
   int open_layer_ = -1;     // the layer whose pushes are being collected
@@ -153,4 +151,4 @@ class Offloader::LayerPolicy final : public Offloader::Impl {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_OFFLOAD_IMPL_H_
+#endif  // OFFLOAD_ENGINE_LAYER_LAYER_POLICY_H_
