@@ -231,6 +231,49 @@ TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
   EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
 }
 
+// A pop of a handle whose unit this very call frees (every handle of the
+// unit was popped; popping a handle again is allowed in layer mode) is
+// refused before the call's frees run: the unit is not released by the
+// failed call, its bytes and state stay, and the next call frees it.
+TEST_F(BudgetOffloadTest, PopRefusedBecauseThisCallFreesItChangesNothing) {
+  ASSERT_OK_AND_ASSIGN(
+      auto off, Offloader::Create(sim_, Options(3 * kTensorBytes)));
+  Iteration(*off, 1, 1);
+  ASSERT_THAT(off->BudgetPlanText(), HasSubstr("offload"));
+  std::vector<SavedTensor> saved;
+  for (int l = 0; l < kLayers; ++l) {
+    ASSERT_OK(off->ForwardStep().status());
+    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
+    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+    saved.push_back(h);
+  }
+  std::vector<Tensor> popped;  // kept: no drop notice frees anything
+  for (int l = kLayers - 1; l >= 0; --l) {
+    ASSERT_OK(off->BackwardStep(l));
+    ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[l]));
+    popped.push_back(x);
+  }
+  ASSERT_TRUE(saved[0].in_group()) << off->BudgetPlanText();
+  const GroupState state = off->state(0);
+  ASSERT_EQ(state, GroupState::kReloadStarted);
+  const int64_t host = off->OffloadedBytes();
+  sim_.RunUntilIdle();
+  const int64_t device = sim_.device_memory().live_bytes;
+  EXPECT_THAT(off->Pop(saved[0]),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("frees its memory at this call")));
+  EXPECT_EQ(off->state(0), state);
+  EXPECT_EQ(off->OffloadedBytes(), host);
+  sim_.RunUntilIdle();
+  EXPECT_EQ(sim_.device_memory().live_bytes, device);
+  popped.clear();
+  saved.clear();
+  EXPECT_OK(off->FinishBackward());
+  sim_.RunUntilIdle();
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+}
+
 // SPEC §4.7 "as soon as the budget has room": the memory of a reloaded unit
 // goes back when the caller drops the last popped view of it, not at the
 // next engine call, and the reload that was waiting for that room starts

@@ -80,6 +80,21 @@ void BudgetPolicy::NoteBackwardDrops(int call) {
   }
 }
 
+bool BudgetPolicy::FreedAtThisCall(int unit) const {
+  if (backward_count_ == 0 || unit >= static_cast<int>(units_.size()) ||
+      !units_[unit].offloaded ||
+      groups_[unit]->state() == GroupState::kReleased ||
+      units_[unit].pops < groups_[unit]->size()) {
+    return false;
+  }
+  auto has = [unit](const std::vector<int>& units) {
+    return std::find(units.begin(), units.end(), unit) != units.end();
+  };
+  auto due = free_at_call_.find(backward_calls_);
+  return has(deferred_frees_) ||
+         (due != free_at_call_.end() && has(due->second));
+}
+
 Status BudgetPolicy::RunFrees(int call) {
   if (auto it = free_at_call_.find(call); it != free_at_call_.end()) {
     for (int unit : it->second) deferred_frees_.push_back(unit);
@@ -259,6 +274,13 @@ Status BudgetPolicy::CheckPoppable(const SavedTensor& saved,
           "Pop of tensor #" + std::to_string(entry->index) + " of " +
           groups_[entry->group]->Where() +
           ": its memory was freed after all its handles were popped");
+    }
+    if (FreedAtThisCall(entry->group)) {
+      return FailedPreconditionError(
+          "Pop of tensor #" + std::to_string(entry->index) + " of " +
+          groups_[entry->group]->Where() +
+          ": all its handles were popped and the plan frees its memory at "
+          "this call (nothing changed)");
     }
     return OkStatus();
   };

@@ -160,8 +160,10 @@ class BudgetPolicy final : public OffloaderPolicy {
   // for a retry).
   Status RunReloads(int call);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
-  // The errors PopOne would return for `saved` before it changes anything:
-  // the wrong kind of handle, a malformed one, a released unit.
+  // The errors a Pop of `saved` would return, found before the call runs
+  // the plan's frees and reloads, so that a refused pop changes nothing:
+  // the wrong kind of handle, a malformed one, a released unit, or one
+  // whose handles were all popped and that this call's frees release.
   Status CheckPoppable(const SavedTensor& saved, bool composite) const;
   void NoteUse(const SavedTensor& saved);
   // Recording: notes the units the caller dropped by push `push`.
@@ -174,6 +176,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   // Errors: an ordering call failed (the unit is released all the same; its
   // memory is kept, warned).
   Status RunFrees(int call);
+  // Whether the RunFrees of the call running now would release `unit`.
+  bool FreedAtThisCall(int unit) const;
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
