@@ -113,7 +113,9 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
 }
 
 StatusOr<int> Offloader::ForwardStep() { return policy_->ForwardStep(); }
-Status Offloader::BackwardStep(int layer) { return policy_->BackwardStep(layer); }
+Status Offloader::BackwardStep(int layer) {
+  return policy_->BackwardStep(layer);
+}
 Status Offloader::FinishBackward() { return policy_->FinishBackward(); }
 StatusOr<SavedTensor> Offloader::Push(const Tensor& tensor) {
   return policy_->Push(tensor);
@@ -141,7 +143,9 @@ const Diagnostics& Offloader::diagnostics() const {
   return policy_->core().diagnostics();
 }
 GroupState Offloader::state(int layer) const { return policy_->state(layer); }
-const OffloaderStats& Offloader::stats() const { return policy_->core().stats(); }
+const OffloaderStats& Offloader::stats() const {
+  return policy_->core().stats();
+}
 const ScheduleTable& Offloader::schedule() const { return policy_->schedule(); }
 bool Offloader::WillOffload(int layer) const {
   return policy_->WillOffload(layer);

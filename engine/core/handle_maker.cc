@@ -28,7 +28,8 @@ SavedTensor HandleMaker::Composite(int slot,
 Status HandleMaker::Check(const SavedTensor& saved, bool check_iteration,
                           const std::string& call) const {
   if (saved.owner() == 0) {
-    return InvalidArgumentError(call + ": an empty SavedTensor (not from Push)");
+    return InvalidArgumentError(call +
+                                ": an empty SavedTensor (not from Push)");
   }
   if (saved.owner() != owner_) {
     return InvalidArgumentError(call + ": the SavedTensor belongs to another " +

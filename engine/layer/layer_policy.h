@@ -26,8 +26,8 @@ namespace offload {
 
 class LayerPolicy final : public OffloaderPolicy {
  public:
-  LayerPolicy(Backend& backend, const OffloadOptions& options, ScheduleTable schedule,
-       Stream& d2h, Stream& h2d)
+  LayerPolicy(Backend& backend, const OffloadOptions& options,
+              ScheduleTable schedule, Stream& d2h, Stream& h2d)
       : options_(options),
         schedule_(std::move(schedule)),
         core_(backend, d2h, h2d,
