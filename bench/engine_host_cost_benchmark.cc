@@ -1,6 +1,6 @@
 // Engine-only host cost per offloaded tensor: ForwardStep + Push + BackwardStep
 // + Pop + FinishBackward of a layer stack (driven by RunLayerStep,
-// testing/layer_loop.h; 8 layers, m saved tensors of their own storage per
+// workload/layer_loop.h; 8 layers, m saved tensors of their own storage per
 // layer, k offloaded by the default schedule; pops in the reverse order of
 // the pushes, as autograd and bench/layer_stack.cc do).
 //
@@ -40,13 +40,13 @@
 #include <string>
 #include <vector>
 
+#include "backends/counting/counting_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "bench/null_backend.h"
 #include "engine/offload.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
-#include "testing/counting_backend.h"
-#include "testing/layer_loop.h"
+#include "workload/layer_loop.h"
 
 namespace offload {
 namespace {

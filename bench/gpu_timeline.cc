@@ -13,8 +13,8 @@
 #include "bench/bench_util.h"
 #include "bench/copy_interposer.h"
 #include "bench/cuda_check.h"
-#include "tools/timeline/svg_timeline.h"
-#include "tools/timeline/trace_json.h"
+#include "timeline/svg_timeline.h"
+#include "timeline/trace_json.h"
 
 namespace offload::bench {
 namespace {

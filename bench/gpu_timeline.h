@@ -1,6 +1,6 @@
 // Timelines of the layer stack on the real GPU (issue 12): one step with
 // every GEMM and every engine copy bracketed by CUDA events, turned into an
-// offload::timeline::Timeline (tools/timeline/timeline.h) — the same data the
+// offload::timeline::Timeline (timeline/timeline.h) — the same data the
 // simulator's pictures are drawn from — and written as Chrome trace-event
 // JSON and as an SVG figure.
 //
@@ -31,7 +31,7 @@
 #include "bench/gpu_exec.h"
 #include "bench/layer_stack.h"
 #include "engine/offload.h"
-#include "tools/timeline/timeline.h"
+#include "timeline/timeline.h"
 
 namespace offload::bench {
 

@@ -7,7 +7,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/status.h"
-#include "testing/layer_loop.h"
+#include "workload/layer_loop.h"
 
 namespace offload::bench {
 Tensor NewActivation(Backend& be, int64_t rows, int64_t cols,

@@ -15,7 +15,7 @@
 #include "bench/flags.h"
 #include "bench/gpu_exec.h"
 #include "bench/layer_stack.h"
-#include "tools/timeline/timeline.h"
+#include "timeline/timeline.h"
 
 namespace offload::bench {
 

@@ -43,7 +43,7 @@
 #include "bench/pinned_bandwidth.h"
 #include "engine/offload.h"
 #include "gtest/gtest.h"
-#include "tools/timeline/timeline.h"
+#include "timeline/timeline.h"
 
 namespace offload::bench {
 namespace {

@@ -23,7 +23,7 @@
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace offload_test {

@@ -20,7 +20,7 @@
 #include "testing/fault_backend.h"
 #include "testing/offload_test_util.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace offload_test {

@@ -23,7 +23,7 @@
 #include "testing/offload_test_util.h"
 #include "testing/saved_tensor_forge.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace offload_test {

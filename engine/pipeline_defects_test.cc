@@ -16,7 +16,7 @@
 #include "testing/offload_test_util.h"
 #include "testing/pipeline_test_util.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace {

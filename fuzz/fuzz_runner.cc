@@ -11,7 +11,7 @@
 #include "backends/sim/sim_backend.h"
 #include "engine/offload.h"
 #include "testing/fault_backend.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload::fuzz {
 namespace {

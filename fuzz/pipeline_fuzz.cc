@@ -32,8 +32,8 @@
 #include "backends/sim/sim_backend.h"
 #include "engine/pipeline_offload.h"
 #include "testing/fault_backend.h"
-#include "testing/pattern_bytes.h"
-#include "testing/tensor_util.h"
+#include "workload/pattern_bytes.h"
+#include "workload/tensor_util.h"
 
 namespace offload::fuzz {
 namespace {

@@ -19,9 +19,9 @@
 #include "engine/offload.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "testing/sim_compute.h"
-#include "testing/tensor_util.h"
-#include "testing/workload.h"
+#include "workload/sim_compute.h"
+#include "workload/tensor_util.h"
+#include "workload/workload.h"
 
 namespace offload {
 namespace {

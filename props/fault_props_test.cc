@@ -17,7 +17,7 @@
 #include "rapidcheck/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/fault_backend.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace {

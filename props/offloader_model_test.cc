@@ -16,7 +16,7 @@
 #include "rapidcheck/gtest.h"
 #include "rapidcheck/state.h"
 #include "testing/byte_pattern.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace {

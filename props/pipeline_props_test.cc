@@ -2,7 +2,7 @@
 // schedules — pp ranks, virtual stages, microbatches, layers per chunk,
 // offloaded modules, fraction, rank delta, in-flight caps, pool, delayed
 // offloads, copy speeds and jitter — each run on its own simulator through
-// the pipeline driver (testing/pipeline_driver.h).
+// the pipeline driver (workload/pipeline_driver.h).
 
 #include <algorithm>
 #include <map>
@@ -14,8 +14,8 @@
 #include "engine/pipeline_offload.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "testing/pipeline_driver.h"
-#include "testing/sim_compute.h"
+#include "workload/pipeline_driver.h"
+#include "workload/sim_compute.h"
 
 namespace offload {
 namespace {
@@ -207,7 +207,7 @@ struct OracleGroup {
 std::vector<OracleGroup> LayerGroups(const PipelineSpec& s, int layer) {
   const int64_t e = DTypeSize(s.dtype);
   const int64_t th = s.tokens * s.hidden * e, tf = s.tokens * s.ffn * e;
-  // Commit order of one layer (testing/pipeline_driver.h).
+  // Commit order of one layer (workload/pipeline_driver.h).
   return {{"qkv_linear", layer, th}, {"core_attn", layer, 3 * th},
           {"attn_proj", layer, th},  {"attn_norm", layer, th},
           {"expert_fc1", layer, th}, {"moe_act", layer, 2 * tf},

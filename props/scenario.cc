@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "testing/sim_compute.h"
+#include "workload/sim_compute.h"
 
 namespace offload {
 namespace {

@@ -3,7 +3,7 @@
 // driven by hand in manual mode), the simulator's speeds and seed, all drawn
 // by RapidCheck so that failures shrink to small scenarios.
 //
-// A scenario runs through the workload driver (testing/workload.h) on a
+// A scenario runs through the workload driver (workload/workload.h) on a
 // SimBackend; the run records where in the trace each phase of the driver
 // began, so properties can check ordering in virtual time.
 
@@ -22,7 +22,7 @@
 #include "engine/schedule.h"
 #include "engine/status.h"
 #include "rapidcheck.h"
-#include "testing/workload.h"
+#include "workload/workload.h"
 
 namespace offload {
 

@@ -1,4 +1,4 @@
-// Byte patterns for tests (testing/pattern_bytes.h, included here) and a
+// Byte patterns for tests (workload/pattern_bytes.h, included here) and a
 // gtest comparison of byte ranges.
 
 #ifndef OFFLOAD_TESTING_BYTE_PATTERN_H_
@@ -8,7 +8,7 @@
 #include <span>
 
 #include "gtest/gtest.h"
-#include "testing/pattern_bytes.h"
+#include "workload/pattern_bytes.h"
 
 namespace offload {
 

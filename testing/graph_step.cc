@@ -3,7 +3,7 @@
 #include <cstring>
 #include <utility>
 
-#include "testing/pattern_bytes.h"
+#include "workload/pattern_bytes.h"
 
 namespace offload {
 namespace {

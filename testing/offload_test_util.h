@@ -26,9 +26,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
-#include "testing/layer_loop.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/layer_loop.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace offload_test {

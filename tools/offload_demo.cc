@@ -22,13 +22,13 @@
 #include "backends/sim/sim_backend.h"
 #include "engine/offload.h"
 #include "engine/status.h"
-#include "testing/sim_compute.h"
-#include "testing/workload.h"
+#include "timeline/sim_timeline.h"
+#include "timeline/svg_timeline.h"
+#include "timeline/timeline.h"
+#include "timeline/trace_json.h"
 #include "tools/pipeline_demo.h"
-#include "tools/timeline/sim_timeline.h"
-#include "tools/timeline/svg_timeline.h"
-#include "tools/timeline/timeline.h"
-#include "tools/timeline/trace_json.h"
+#include "workload/sim_compute.h"
+#include "workload/workload.h"
 
 namespace offload {
 namespace {
@@ -144,7 +144,7 @@ struct RunReport {
 };
 
 // The per-layer table of the last iteration, read off its Timeline
-// (tools/timeline/sim_timeline.h attributes copies to layers).
+// (timeline/sim_timeline.h attributes copies to layers).
 std::vector<LayerTimeline> LayerTable(const timeline::Timeline& t,
                                       int layers) {
   std::vector<LayerTimeline> table(layers);

@@ -22,12 +22,12 @@
 
 #include "backends/sim/sim_backend.h"
 #include "engine/pipeline_offload.h"
-#include "testing/pipeline_driver.h"
-#include "testing/sim_compute.h"
-#include "tools/timeline/sim_timeline.h"
-#include "tools/timeline/svg_timeline.h"
-#include "tools/timeline/timeline.h"
-#include "tools/timeline/trace_json.h"
+#include "timeline/sim_timeline.h"
+#include "timeline/svg_timeline.h"
+#include "timeline/timeline.h"
+#include "timeline/trace_json.h"
+#include "workload/pipeline_driver.h"
+#include "workload/sim_compute.h"
 
 namespace offload {
 namespace {

@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
-#include "testing/workload.h"
+#include "workload/workload.h"
 
 namespace offload {
 namespace {

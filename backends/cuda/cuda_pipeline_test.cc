@@ -14,8 +14,8 @@
 #include "engine/pipeline_offload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "testing/pipeline_driver.h"
 #include "testing/status_matchers.h"
+#include "workload/pipeline_driver.h"
 
 namespace offload {
 namespace {

@@ -10,12 +10,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "backends/counting/counting_backend.h"
 #include "backends/sim/sim_backend.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
-#include "testing/counting_backend.h"
 #include "testing/status_matchers.h"
-#include "testing/tensor_util.h"
+#include "workload/tensor_util.h"
 
 namespace offload {
 namespace {
