@@ -47,7 +47,7 @@ struct Flags {
   // The simulator keeps (and the demo checks) bytes up to this many MiB of
   // activations per run; larger runs simulate timing only.
   int64_t max_checked_mib = 512;
-  // Pictures of the last iteration of both runs (tools/timeline): Chrome
+  // Pictures of the last iteration of both runs (timeline/): Chrome
   // trace-event JSON and a TE-style SVG; empty: not written.
   std::string trace_json;
   std::string svg;

@@ -44,7 +44,7 @@ fi
 echo PASS
 
 # Pictures: --trace_json and --svg write the last iteration of both runs
-# (their contents are checked with real parsers in //tools/timeline).
+# (their contents are checked with real parsers in //timeline).
 dir=$(mktemp -d)
 "$demo" --layers=3 --offloaded=1 --mib_per_layer=8 --compute_us=100 \
   --trace_json="$dir/t.json" --svg="$dir/t.svg" >/dev/null

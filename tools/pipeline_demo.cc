@@ -44,7 +44,7 @@ struct Flags {
   int iterations = 2;
   // Megatron's default is 1 Mi elements; the demo's tensors are smaller.
   int64_t min_offload_elements = 64 * 1024;
-  // Pictures (tools/timeline) of one rank's last iteration, without and
+  // Pictures (timeline/) of one rank's last iteration, without and
   // with offloading; empty: not written.
   std::string trace_json;
   std::string svg;
