@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -31,6 +32,46 @@ bool IsForward(const std::string& name) {
          (name.size() > 1 && name[0] == 'L' &&
           std::isdigit(static_cast<unsigned char>(name[1])) &&
           name.find('.') != std::string::npos);
+}
+
+// "chunk (stage 0, microbatch 1)" -> 1; -1 when `where` names none.
+int Microbatch(const std::string& where) {
+  const std::string key = "microbatch ";
+  const size_t at = where.find(key);
+  if (at == std::string::npos) return -1;
+  int microbatch = -1;
+  for (size_t i = at + key.size();
+       i < where.size() && std::isdigit(static_cast<unsigned char>(where[i]));
+       ++i) {
+    microbatch = std::max(microbatch, 0) * 10 + (where[i] - '0');
+  }
+  return microbatch;
+}
+
+// "core_attn mb1"; the group alone when no microbatch is known.
+std::string GroupLabel(const std::string& group, int microbatch) {
+  return microbatch < 0 ? group : group + " mb" + std::to_string(microbatch);
+}
+
+// What a kernel named "<name> [<group> of <where>]" belongs to.
+struct Attribution {
+  std::string name;   // "backward L0.core_attn"
+  std::string group;  // "core_attn"
+  std::string where;  // "chunk (stage 0, microbatch 1)"
+  int microbatch = -1;
+};
+
+std::optional<Attribution> KernelAttribution(const std::string& label) {
+  if (label.empty() || label.back() != ']') return std::nullopt;
+  const size_t open = label.rfind(" [");
+  if (open == std::string::npos) return std::nullopt;
+  const std::string inside = label.substr(open + 2, label.size() - open - 3);
+  const size_t of = inside.find(" of ");
+  if (of == std::string::npos) return std::nullopt;
+  Attribution out{label.substr(0, open), inside.substr(0, of),
+                  inside.substr(of + 4)};
+  out.microbatch = Microbatch(out.where);
+  return out;
 }
 
 std::string Gbps(int64_t bytes, int64_t ns) {
@@ -145,13 +186,24 @@ Timeline FromSimTrace(const SimBackend& sim,
     slice.end_ns = op.end;
     slice.args["op"] = std::to_string(seq);
     switch (what.kind) {
-      case SimOpKind::kKernel:
-        slice.name = what.label;
-        slice.kind = what.label.rfind("backward", 0) == 0 ? SliceKind::kBackward
-                     : IsForward(what.label)              ? SliceKind::kForward
-                                                          : SliceKind::kOther;
-        if (slice.kind != SliceKind::kOther) slice.label = ShortLabel(what.label);
+      case SimOpKind::kKernel: {
+        const std::optional<Attribution> group = KernelAttribution(what.label);
+        const std::string& name = group ? group->name : what.label;
+        slice.name = name;
+        slice.kind = name.rfind("backward", 0) == 0 ? SliceKind::kBackward
+                     : IsForward(name)              ? SliceKind::kForward
+                                                    : SliceKind::kOther;
+        if (slice.kind != SliceKind::kOther) slice.label = ShortLabel(name);
+        if (group) {
+          slice.label = GroupLabel(group->group, group->microbatch);
+          if (group->microbatch >= 0) {
+            slice.name += " mb" + std::to_string(group->microbatch);
+            slice.args["microbatch"] = std::to_string(group->microbatch);
+          }
+          slice.args["group"] = group->group + " of " + group->where;
+        }
         break;
+      }
       case SimOpKind::kGather:
       case SimOpKind::kCopy: {
         const bool d2h = what.src.space == MemorySpace::kDevice &&
@@ -199,9 +251,13 @@ Timeline FromSimTrace(const SimBackend& sim,
           if (it != pinned_group.end()) window = it->second;
         }
         if (window != nullptr) {
-          slice.label = window->group;
-          slice.name += " " + window->group;
+          const int microbatch = Microbatch(window->where);
+          slice.label = GroupLabel(window->group, microbatch);
+          slice.name += " " + slice.label;
           slice.args["group"] = window->group + " of " + window->where;
+          if (microbatch >= 0) {
+            slice.args["microbatch"] = std::to_string(microbatch);
+          }
         }
         break;
       }

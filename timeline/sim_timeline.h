@@ -30,8 +30,9 @@ struct SimTimelineOptions {
   std::vector<size_t> layer_marks;
   // Fine-grained mode: trace ranges [begin, end) in which a group was
   // committed. Copies to host enqueued there belong to that group, and so do
-  // the copies back from their pinned buffers (label `group`, arg "group":
-  // `where`).
+  // the copies back from their pinned buffers (label "<group> mb<m>" when
+  // `where` names a microbatch, else `group`; arg "group": "<group> of
+  // <where>", arg "microbatch").
   struct GroupWindow {
     size_t begin = 0, end = 0;
     std::string group;  // "core_attn"
@@ -44,11 +45,17 @@ struct SimTimelineOptions {
   std::vector<std::string> warnings;
 };
 
-// Kernels named "forward ..." or "L<n>.<group>" are forward slices,
+// Kernels named "forward ..." or "L<n>.<op>" are forward slices,
 // "backward ..." backward ones; copies on the compute stream (byte
 // captures) and other kernels are kOther; a wait on the compute stream that
 // held it up (it ended after the stream's previous operation and after its
 // own enqueue) is a stall, from that point to its end.
+//
+// A kernel named "<name> [<group> of chunk (stage <s>, microbatch <m>)]"
+// (the pipeline driver's compute calls) belongs to that group and
+// microbatch, as the copies of a GroupWindow do: slice name "<name> mb<m>",
+// label "<group> mb<m>", args "group" ("<group> of chunk (...)") and
+// "microbatch".
 Timeline FromSimTrace(const SimBackend& sim, const SimTimelineOptions& options);
 
 }  // namespace offload::timeline

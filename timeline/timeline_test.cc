@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -234,17 +235,17 @@ TEST(TimelineTest, SvgIsWellFormedWithRowsAndSlices) {
   EXPECT_EQ(budgets["k = 2"], 1);
 }
 
-// Fine-grained mode: the copies of each group, to host and back, carry its
-// name (label and "group" arg), from the commit windows the pipeline driver
-// reports.
-TEST(TimelineTest, PipelineCopiesAreAttributedToTheirGroups) {
+// One pipeline rank (rank 0 of pp 1: two microbatches, two layers per
+// chunk) through a PipelineOffloader that offloads core_attn and moe_act,
+// drawn with the commit windows the pipeline driver reports.
+Timeline PipelineTimeline() {
   SimOptions sim_options;
   std::unique_ptr<SimBackend> sim = NewSimBackend(sim_options);
   PipelineOffloadOptions options;
   options.offload_modules = {"core_attn", "moe_act"};
   options.min_offload_elements = 1024;
   auto offloader = PipelineOffloader::Create(*sim, options);
-  ASSERT_TRUE(offloader.ok());
+  EXPECT_TRUE(offloader.ok());
   PipelineSpec spec;
   spec.tokens = 64;
   spec.hidden = 128;
@@ -266,20 +267,95 @@ TEST(TimelineTest, PipelineCopiesAreAttributedToTheirGroups) {
   };
   auto result = RunPipelineRank(*sim, **offloader, spec, 0,
                                 SimWorkloadHooks(*sim), run);
-  ASSERT_TRUE(result.ok() && result->ok());
+  EXPECT_TRUE(result.ok() && result->ok());
   sim->RunUntilIdle();
-  const Timeline t = FromSimTrace(*sim, picture);
+  return FromSimTrace(*sim, picture);
+}
+
+// Fine-grained mode: the copies of each group, to host and back, carry its
+// name (label and "group" arg), from the commit windows the pipeline driver
+// reports.
+TEST(TimelineTest, PipelineCopiesAreAttributedToTheirGroups) {
+  const Timeline t = PipelineTimeline();
   std::map<std::string, int> d2h, h2d;
   for (const Slice& slice : t.slices) {
     if (slice.kind != SliceKind::kD2H && slice.kind != SliceKind::kH2D) continue;
     ASSERT_TRUE(slice.args.count("group")) << slice.name;
     EXPECT_THAT(slice.args.at("group"), ::testing::HasSubstr(" of chunk "));
-    (slice.kind == SliceKind::kD2H ? d2h : h2d)[slice.label]++;
+    const std::string group = slice.label.substr(0, slice.label.find(' '));
+    (slice.kind == SliceKind::kD2H ? d2h : h2d)[group]++;
   }
   EXPECT_EQ(d2h, h2d);  // every copy to host comes back, same group
   EXPECT_EQ(d2h.size(), 2u);
   EXPECT_GT(d2h["core_attn"], 0);
   EXPECT_GT(d2h["moe_act"], 0);
+}
+
+// Fine-grained mode: every forward and backward compute slice and every copy
+// slice names its group and microbatch (label "core_attn mb1", the name
+// ends in " mb1", args "group" and "microbatch"), as the layer mode's name
+// their layer; a copy back belongs to the same group and microbatch as the
+// copy to host.
+TEST(TimelineTest, PipelineSlicesNameTheirGroupAndMicrobatch) {
+  const Timeline t = PipelineTimeline();
+  const std::set<std::string> groups = {"attn_norm", "qkv_linear", "core_attn",
+                                        "attn_proj", "mlp_norm",  "expert_fc1",
+                                        "moe_act"};
+  std::map<std::pair<SliceKind, std::string>, int> count;  // kind, label
+  for (const Slice& slice : t.slices) {
+    if (slice.kind != SliceKind::kForward &&
+        slice.kind != SliceKind::kBackward && slice.kind != SliceKind::kD2H &&
+        slice.kind != SliceKind::kH2D) {
+      continue;
+    }
+    SCOPED_TRACE(slice.name);
+    ASSERT_TRUE(slice.args.count("group"));
+    ASSERT_TRUE(slice.args.count("microbatch"));
+    const std::string& microbatch = slice.args.at("microbatch");
+    ASSERT_THAT(microbatch, ::testing::AnyOf("0", "1"));
+    const std::string& arg = slice.args.at("group");
+    const std::string group = arg.substr(0, arg.find(' '));
+    EXPECT_THAT(groups, Contains(group));
+    EXPECT_EQ(arg, group + " of chunk (stage 0, microbatch " + microbatch +
+                       ")");
+    EXPECT_EQ(slice.label, group + " mb" + microbatch);
+    EXPECT_THAT(slice.name, ::testing::EndsWith(" mb" + microbatch));
+    if (slice.kind == SliceKind::kBackward) {
+      // One backward kernel per group, named after it.
+      EXPECT_THAT(slice.name, ::testing::HasSubstr("." + group + " mb"));
+    }
+    ++count[{slice.kind, slice.label}];
+  }
+  for (const std::string microbatch : {"0", "1"}) {
+    int forward = 0, backward = 0;
+    for (const auto& [key, n] : count) {
+      if (key.second.substr(key.second.find(" mb") + 3) != microbatch) continue;
+      if (key.first == SliceKind::kForward) forward += n;
+      if (key.first == SliceKind::kBackward) backward += n;
+    }
+    EXPECT_EQ(forward, 2 * 10) << "microbatch " << microbatch;  // ops a layer
+    EXPECT_EQ(backward, 2 * 7) << "microbatch " << microbatch;  // groups
+    for (const std::string group : {"core_attn", "moe_act"}) {
+      const std::string label = group + " mb" + microbatch;
+      const int d2h = count[std::make_pair(SliceKind::kD2H, label)];
+      EXPECT_GT(d2h, 0) << label;
+      EXPECT_EQ(d2h, count[std::make_pair(SliceKind::kH2D, label)]) << label;
+    }
+  }
+  // The forward kernels outside a group of their own belong to the
+  // innermost open one.
+  int residuals = 0;
+  for (const Slice& slice : t.slices) {
+    if (slice.name.rfind("L0.attn_residual", 0) == 0) {
+      ++residuals;
+      EXPECT_EQ(slice.label.substr(0, slice.label.find(' ')), "attn_norm");
+    }
+    if (slice.name.rfind("L1.expert_fc2", 0) == 0) {
+      ++residuals;
+      EXPECT_EQ(slice.label.substr(0, slice.label.find(' ')), "moe_act");
+    }
+  }
+  EXPECT_EQ(residuals, 4);  // both microbatches
 }
 
 }  // namespace

@@ -71,6 +71,7 @@ struct Saved {
 struct GroupEvent {
   bool commit = false;
   std::string name;
+  int layer = 0;             // the layer of the chunk it belongs to
   std::vector<Saved> saved;  // commit events: the group's pushes
 };
 
@@ -107,6 +108,12 @@ class RankRunner {
     seeds_[t.storage.get()] = next_seed_++;
     return t;
   }
+  // "<op> [<group> of chunk (stage s, microbatch m)]": what a compute
+  // call is named (pipeline_driver.h).
+  static std::string Attributed(const std::string& op,
+                                const std::string& group, const ChunkId& id) {
+    return op + " [" + group + " of " + id.ToString() + "]";
+  }
   Status Compute(const std::string& name, std::vector<const Tensor*> reads,
                  std::vector<const Tensor*> writes, int factor = 1) {
     int64_t bytes = 0;
@@ -118,7 +125,7 @@ class RankRunner {
   }
   Status Start(std::vector<GroupEvent>& events, const std::string& name) {
     OFFLOAD_RETURN_IF_ERROR(offloader_.GroupStart(name));
-    events.push_back(GroupEvent{false, name, {}});
+    events.push_back(GroupEvent{false, name, layer_, {}});
     open_.push_back(events.size() - 1);
     return OkStatus();
   }
@@ -140,7 +147,8 @@ class RankRunner {
     if (options_.around_commit) {
       options_.around_commit(iteration_, chunk_, name, true);
     }
-    GroupEvent commit{true, name, std::move(events[open_.back()].saved)};
+    GroupEvent commit{true, name, layer_,
+                      std::move(events[open_.back()].saved)};
     open_.pop_back();
     events.push_back(std::move(commit));
     return OkStatus();
@@ -160,20 +168,28 @@ class RankRunner {
   std::vector<size_t> open_;  // indices of open groups' start events
   int iteration_ = 0;         // for around_commit
   ChunkId chunk_;             // the chunk whose forward runs
+  int layer_ = 0;             // the layer whose forward runs
 };
 
 Status RankRunner::Layer(std::vector<GroupEvent>& events, Tensor& x,
                          int layer) {
   const int64_t t = spec_.tokens, h = spec_.hidden, f = spec_.ffn;
   const std::string l = "L" + std::to_string(layer) + ".";
+  layer_ = layer;
+  // A forward compute call, of the innermost open group.
+  auto compute = [&](const std::string& op, std::vector<const Tensor*> reads,
+                     std::vector<const Tensor*> writes) {
+    return Compute(Attributed(l + op, events[open_.back()].name, chunk_),
+                   std::move(reads), std::move(writes));
+  };
   OFFLOAD_RETURN_IF_ERROR(Start(events, "attn_norm"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, x));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor ln, Make({t, h}, l + "ln"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "input_norm", {&x}, {&ln}));
+  OFFLOAD_RETURN_IF_ERROR(compute("input_norm", {&x}, {&ln}));
   OFFLOAD_RETURN_IF_ERROR(Start(events, "qkv_linear"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, ln));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor qkv, Make({t, 3 * h}, l + "qkv"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "qkv_linear", {&ln}, {&qkv}));
+  OFFLOAD_RETURN_IF_ERROR(compute("qkv_linear", {&ln}, {&qkv}));
   ln = Tensor();
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "qkv_linear", {}));
   OFFLOAD_RETURN_IF_ERROR(Start(events, "core_attn"));
@@ -186,18 +202,17 @@ Status RankRunner::Layer(std::vector<GroupEvent>& events, Tensor& x,
     OFFLOAD_RETURN_IF_ERROR(Push(events, view));
   }
   OFFLOAD_ASSIGN_OR_RETURN(Tensor attn, Make({t, h}, l + "attn_out"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "core_attn", {&qkv}, {&attn}));
+  OFFLOAD_RETURN_IF_ERROR(compute("core_attn", {&qkv}, {&attn}));
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "core_attn", {qkv}));
   qkv = Tensor();
   OFFLOAD_RETURN_IF_ERROR(Start(events, "attn_proj"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, attn));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor proj, Make({t, h}, l + "proj"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "attn_proj", {&attn}, {&proj}));
+  OFFLOAD_RETURN_IF_ERROR(compute("attn_proj", {&attn}, {&proj}));
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "attn_proj", {attn}));
   attn = Tensor();
   OFFLOAD_ASSIGN_OR_RETURN(Tensor hidden, Make({t, h}, l + "h"));
-  OFFLOAD_RETURN_IF_ERROR(
-      Compute(l + "attn_residual", {&x, &proj}, {&hidden}));
+  OFFLOAD_RETURN_IF_ERROR(compute("attn_residual", {&x, &proj}, {&hidden}));
   proj = Tensor();
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "attn_norm", {x}));
   x = Tensor();
@@ -205,25 +220,25 @@ Status RankRunner::Layer(std::vector<GroupEvent>& events, Tensor& x,
   OFFLOAD_RETURN_IF_ERROR(Start(events, "mlp_norm"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, hidden));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor ln2, Make({t, h}, l + "ln2"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "pre_mlp_norm", {&hidden}, {&ln2}));
+  OFFLOAD_RETURN_IF_ERROR(compute("pre_mlp_norm", {&hidden}, {&ln2}));
   OFFLOAD_RETURN_IF_ERROR(Start(events, "expert_fc1"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, ln2));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor fc1, Make({t, f}, l + "fc1_out"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "expert_fc1", {&ln2}, {&fc1}));
+  OFFLOAD_RETURN_IF_ERROR(compute("expert_fc1", {&ln2}, {&fc1}));
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "expert_fc1", {ln2}));
   ln2 = Tensor();
   OFFLOAD_RETURN_IF_ERROR(Start(events, "moe_act"));
   OFFLOAD_RETURN_IF_ERROR(Push(events, fc1));
   OFFLOAD_ASSIGN_OR_RETURN(Tensor act, Make({t, f}, l + "act_out"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "moe_act", {&fc1}, {&act}));
+  OFFLOAD_RETURN_IF_ERROR(compute("moe_act", {&fc1}, {&act}));
   OFFLOAD_RETURN_IF_ERROR(Push(events, act));  // saved by fc2
   OFFLOAD_ASSIGN_OR_RETURN(Tensor fc2, Make({t, h}, l + "fc2_out"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "expert_fc2", {&act}, {&fc2}));
+  OFFLOAD_RETURN_IF_ERROR(compute("expert_fc2", {&act}, {&fc2}));
   // Committed after fc2 (upstream's deferred moe_act commit).
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "moe_act", {fc1, act}));
   fc1 = act = Tensor();
   OFFLOAD_ASSIGN_OR_RETURN(Tensor out, Make({t, h}, l + "out"));
-  OFFLOAD_RETURN_IF_ERROR(Compute(l + "mlp_residual", {&hidden, &fc2}, {&out}));
+  OFFLOAD_RETURN_IF_ERROR(compute("mlp_residual", {&hidden, &fc2}, {&out}));
   fc2 = Tensor();
   OFFLOAD_RETURN_IF_ERROR(Commit(events, "mlp_norm", {hidden}));
   x = std::move(out);
@@ -265,8 +280,11 @@ Status RankRunner::Backward(const ChunkId& id, int chunk_index,
     }
     std::vector<const Tensor*> reads;
     for (const Tensor& t : popped) reads.push_back(&t);
-    OFFLOAD_RETURN_IF_ERROR(
-        Compute("backward " + event->name, std::move(reads), {}, 2));
+    OFFLOAD_RETURN_IF_ERROR(Compute(
+        Attributed("backward L" + std::to_string(event->layer) + "." +
+                       event->name,
+                   event->name, id),
+        std::move(reads), {}, 2));
   }
   events.clear();
   return OkStatus();

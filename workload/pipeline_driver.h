@@ -21,6 +21,11 @@
 // read by a backward compute call and captured), a start GroupBackwardEnd.
 // After FinishIteration the compute stream is synchronized and every
 // captured byte compared.
+//
+// Compute calls name their group and chunk, for timelines and hazard
+// reports: "L0.input_norm [attn_norm of chunk (stage 0, microbatch 1)]"
+// in forward (the innermost open group), "backward L0.core_attn
+// [core_attn of chunk (stage 0, microbatch 1)]" in backward.
 
 #ifndef OFFLOAD_WORKLOAD_PIPELINE_DRIVER_H_
 #define OFFLOAD_WORKLOAD_PIPELINE_DRIVER_H_
