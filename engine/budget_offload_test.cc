@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "testing/fault_backend.h"
 #include "testing/offload_test_util.h"
+#include "testing/saved_tensor_forge.h"
 #include "testing/status_matchers.h"
 #include "workload/tensor_util.h"
 
@@ -229,6 +230,44 @@ TEST_F(BudgetOffloadTest, RefusedPopChangesNothing) {
   EXPECT_THAT(off->PopComposite(saved.back()),
               StatusIs(StatusCode::kInvalidArgument));
   EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
+}
+
+// A handle whose unit or index is out of range (forged, or corrupted) is
+// refused before the call's frees and reloads run, never read out of
+// bounds; the real handle still pops.
+TEST_F(BudgetOffloadTest, ForgedHandleFieldsAreRangeChecked) {
+  ASSERT_OK_AND_ASSIGN(
+      auto off, Offloader::Create(sim_, Options(3 * kTensorBytes)));
+  Iteration(*off, 1, 1);
+  std::vector<SavedTensor> saved;
+  for (int l = 0; l < kLayers; ++l) {
+    ASSERT_OK(off->ForwardStep().status());
+    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
+    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
+    saved.push_back(h);
+  }
+  ASSERT_TRUE(saved[0].in_group()) << off->BudgetPlanText();
+  for (int l = kLayers - 1; l >= 1; --l) {
+    ASSERT_OK(off->BackwardStep(l));
+    ASSERT_OK(off->Pop(saved[l]).status());
+  }
+  ASSERT_OK(off->BackwardStep(0));
+  const int64_t reloaded = off->stats().bytes_reloaded;
+  for (SavedTensor::InGroup bad :
+       {SavedTensor::InGroup{9, 0}, SavedTensor::InGroup{-1, 0},
+        SavedTensor::InGroup{0, 5}, SavedTensor::InGroup{0, -2}}) {
+    EXPECT_THAT(off->Pop(SavedTensorForge::Like(saved[0], bad)),
+                StatusIs(StatusCode::kInvalidArgument))
+        << bad.group << "/" << bad.index;
+  }
+  EXPECT_EQ(off->stats().bytes_reloaded, reloaded);
+  ASSERT_OK_AND_ASSIGN(Tensor x, off->Pop(saved[0]));
+  ASSERT_OK(Consume(sim_, {x}, 1000));
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, ReadTensorBytes(sim_, x));
+  EXPECT_EQ(bytes, PatternTensorBytes(x, 0));
+  ASSERT_OK(off->FinishBackward());
+  sim_.RunUntilIdle();
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
 }
 
 // A pop of a handle whose unit this very call frees (every handle of the

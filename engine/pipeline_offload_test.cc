@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "testing/offload_test_util.h"
 #include "testing/pipeline_test_util.h"
+#include "testing/saved_tensor_forge.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -54,6 +55,28 @@ class PipelineOffloadTest : public pipeline_test::SimPipelineTest {
   }
 
 };
+
+// A handle whose group or index is out of range (forged, or corrupted) is
+// an error, never an out-of-bounds read; the real handle still pops.
+TEST_F(PipelineOffloadTest, ForgedHandleFieldsAreRangeChecked) {
+  Make(Modules({"a"}));
+  ASSERT_OK(off_->StartChunk(0, 0));
+  const SavedTensor real = Group("a", 1);
+  ASSERT_TRUE(real.in_group());
+  ASSERT_OK(off_->StartChunkBackward(0, 0));
+  ASSERT_OK(off_->GroupBackwardStart("a"));
+  for (SavedTensor::InGroup bad :
+       {SavedTensor::InGroup{7, 0}, SavedTensor::InGroup{-1, 0},
+        SavedTensor::InGroup{0, 5}, SavedTensor::InGroup{0, -2}}) {
+    EXPECT_THAT(off_->Pop(SavedTensorForge::Like(real, bad)),
+                StatusIs(StatusCode::kInvalidArgument))
+        << bad.group << "/" << bad.index;
+  }
+  PopAndCheck(real, 1);
+  ASSERT_OK(off_->GroupBackwardEnd("a"));
+  ASSERT_OK(off_->FinishIteration());
+  ExpectClean();
+}
 
 // §5.6: with max_inflight 0 the compute stream waits for each offload right
 // after its commit; with 1, for the older of two; unset, never.
