@@ -3,7 +3,8 @@
 #
 # Here (the build machine, no GPU):
 #   backends/cuda/run_on_gpu.sh
-# builds `bazel build --config=gpu //backends/cuda:all` and
+# builds `bazel build --config=gpu //backends/cuda:all
+# //bench:cuda_copy_benchmark` and
 # `bazel build --config=gpu -c opt //bench:overlap_check_test
 # //bench:graph_capture_test` (the GPU CI overlap check, timed, so optimized
 # like layer_stack_bench; the layer stack's step as a CUDA graph against the
@@ -25,7 +26,9 @@ set -uo pipefail
 
 BINARIES=(cuda_smoke_test pinned_arena_test cuda_conformance_test
           cuda_backend_test cuda_graph_test cuda_pipeline_test
-          cuda_budget_test cuda_copy_benchmark)
+          cuda_budget_test)
+# Built from bench/ with the binaries above (fastbuild).
+BENCH_BINARIES=(cuda_copy_benchmark)
 # Built from bench/ with -c opt (its own output folder: the binaries above
 # stay fastbuild).
 BENCH_TESTS=(overlap_check_test graph_capture_test)
@@ -33,14 +36,19 @@ BENCH_TESTS=(overlap_check_test graph_capture_test)
 build_here() {
   set -e
   cd "$(dirname "$0")/../.."
-  bazel build --config=gpu //backends/cuda:all
+  local targets=(//backends/cuda:all)
+  for b in "${BENCH_BINARIES[@]}"; do targets+=("//bench:$b"); done
+  bazel build --config=gpu "${targets[@]}"
   local bin
   bin="$(bazel info --config=gpu bazel-bin 2>/dev/null)"
   mkdir -p .gpu
   for b in "${BINARIES[@]}"; do
     cp -f "$bin/backends/cuda/$b" .gpu/
   done
-  local targets=()
+  for b in "${BENCH_BINARIES[@]}"; do
+    cp -f "$bin/bench/$b" .gpu/
+  done
+  targets=()
   for b in "${BENCH_TESTS[@]}"; do targets+=("//bench:$b"); done
   bazel build --config=gpu -c opt "${targets[@]}"
   bin="$(bazel info --config=gpu -c opt bazel-bin 2>/dev/null)"
@@ -50,7 +58,7 @@ build_here() {
   cp -f backends/cuda/run_on_gpu.sh .gpu/
   chmod -R u+w .gpu
   echo
-  echo "Copied to .gpu/: ${BINARIES[*]} ${BENCH_TESTS[*]} run_on_gpu.sh ($(du -sh .gpu | cut -f1))"
+  echo "Copied to .gpu/: ${BINARIES[*]} ${BENCH_BINARIES[*]} ${BENCH_TESTS[*]} run_on_gpu.sh ($(du -sh .gpu | cut -f1))"
   echo "On the GPU machine (run tool, carry [\".gpu\"]):"
   echo
   echo "  bash .gpu/run_on_gpu.sh --on-device"
