@@ -993,7 +993,8 @@ Status CaptureThroughGraphMemory(
   OFFLOAD_RETURN_IF_ERROR(compute.Copy(c.device.data(), c.src.data(), n));
   OFFLOAD_RETURN_IF_ERROR(compute.Record(*c.written));
   OFFLOAD_RETURN_IF_ERROR(side.Wait(*c.written));
-  OFFLOAD_ASSIGN_OR_RETURN(Buffer graph_memory, backend.AllocateDevice(n, side));
+  OFFLOAD_ASSIGN_OR_RETURN(Buffer graph_memory,
+                           backend.AllocateDevice(n, side));
   OFFLOAD_RETURN_IF_ERROR(side.Copy(graph_memory.data(), c.device.data(), n));
   OFFLOAD_RETURN_IF_ERROR(side.Copy(c.dst.data(), graph_memory.data(), n));
   OFFLOAD_RETURN_IF_ERROR(side.Record(*c.copied));
