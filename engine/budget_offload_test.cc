@@ -71,6 +71,17 @@ class BudgetOffloadTest : public ::testing::Test {
     EXPECT_EQ(off.FinishBackward().code(), finish);
   }
 
+  // A forward of one f32 [64, 64] tensor per layer (seed: the layer),
+  // dropped by the caller once pushed; the handles go to `saved`.
+  void ForwardOnePerLayer(Offloader& off, std::vector<SavedTensor>& saved) {
+    for (int l = 0; l < kLayers; ++l) {
+      ASSERT_OK(off.ForwardStep().status());
+      ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
+      ASSERT_OK_AND_ASSIGN(SavedTensor h, off.Push(x));
+      saved.push_back(h);
+    }
+  }
+
   // The drop-notice tests: six layers of one tensor, a budget of two (the
   // plan offloads layers 0..3).
   OffloadOptions SixLayersBudgetOfTwo() {
@@ -165,12 +176,7 @@ TEST_F(BudgetOffloadTest, ImpossibleBudgetIsAClearErrorAndLosesNothing) {
   ASSERT_OK_AND_ASSIGN(auto off,
                        Offloader::Create(sim_, Options(kTensorBytes)));
   std::vector<SavedTensor> saved;
-  for (int l = 0; l < kLayers; ++l) {
-    ASSERT_OK(off->ForwardStep().status());
-    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
-    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-    saved.push_back(h);
-  }
+  ASSERT_NO_FATAL_FAILURE(ForwardOnePerLayer(*off, saved));
   for (int l = kLayers - 1; l >= 0; --l) {
     ASSERT_OK(off->BackwardStep(l));
     ASSERT_OK(off->Pop(saved[l]).status());
@@ -240,12 +246,7 @@ TEST_F(BudgetOffloadTest, ForgedHandleFieldsAreRangeChecked) {
       auto off, Offloader::Create(sim_, Options(3 * kTensorBytes)));
   Iteration(*off, 1, 1);
   std::vector<SavedTensor> saved;
-  for (int l = 0; l < kLayers; ++l) {
-    ASSERT_OK(off->ForwardStep().status());
-    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
-    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-    saved.push_back(h);
-  }
+  ASSERT_NO_FATAL_FAILURE(ForwardOnePerLayer(*off, saved));
   ASSERT_TRUE(saved[0].in_group()) << off->BudgetPlanText();
   for (int l = kLayers - 1; l >= 1; --l) {
     ASSERT_OK(off->BackwardStep(l));
@@ -280,12 +281,7 @@ TEST_F(BudgetOffloadTest, PopRefusedBecauseThisCallFreesItChangesNothing) {
   Iteration(*off, 1, 1);
   ASSERT_THAT(off->BudgetPlanText(), HasSubstr("offload"));
   std::vector<SavedTensor> saved;
-  for (int l = 0; l < kLayers; ++l) {
-    ASSERT_OK(off->ForwardStep().status());
-    ASSERT_OK_AND_ASSIGN(Tensor x, Produce(sim_, DType::kF32, {64, 64}, l));
-    ASSERT_OK_AND_ASSIGN(SavedTensor h, off->Push(x));
-    saved.push_back(h);
-  }
+  ASSERT_NO_FATAL_FAILURE(ForwardOnePerLayer(*off, saved));
   std::vector<Tensor> popped;  // kept: no drop notice frees anything
   for (int l = kLayers - 1; l >= 0; --l) {
     ASSERT_OK(off->BackwardStep(l));
