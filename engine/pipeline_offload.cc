@@ -4,6 +4,7 @@
 #include "engine/pipeline_offload.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,6 +37,14 @@ StatusOr<std::unique_ptr<PipelineOffloader>> PipelineOffloader::Create(
   if (options.pipeline_rank < 0) {
     return invalid("pipeline_rank must not be negative, got " +
                    std::to_string(options.pipeline_rank));
+  }
+  if (options.pipeline_rank > 0 &&
+      options.delta_offload_bytes >
+          std::numeric_limits<int64_t>::max() / options.pipeline_rank) {
+    return invalid("pipeline_rank (" + std::to_string(options.pipeline_rank) +
+                   ") x delta_offload_bytes (" +
+                   std::to_string(options.delta_offload_bytes) +
+                   ") does not fit in int64");
   }
   if (options.virtual_stages < 1 || options.virtual_stages > 1024) {
     return invalid("virtual_stages must be in [1, 1024], got " +

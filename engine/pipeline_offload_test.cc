@@ -4,6 +4,7 @@
 
 #include "engine/pipeline_offload.h"
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,23 @@ class PipelineOffloadTest : public pipeline_test::SimPipelineTest {
   }
 
 };
+
+// Options whose rank × delta does not fit in int64 are refused at Create
+// (issue 21: the freeze computed it with signed overflow).
+TEST_F(PipelineOffloadTest, RankTimesDeltaMustFitInInt64) {
+  SimBackend sim{SimOptions{}};
+  PipelineOffloadOptions options = Modules({"a"});
+  options.pipeline_rank = 7;
+  options.delta_offload_bytes = std::numeric_limits<int64_t>::max() / 2;
+  EXPECT_THAT(PipelineOffloader::Create(sim, options).status(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("does not fit in int64")));
+  options.delta_offload_bytes = std::numeric_limits<int64_t>::max() / 7;
+  EXPECT_OK(PipelineOffloader::Create(sim, options).status());
+  options.pipeline_rank = 0;
+  options.delta_offload_bytes = std::numeric_limits<int64_t>::max();
+  EXPECT_OK(PipelineOffloader::Create(sim, options).status());
+}
 
 // A handle whose group or index is out of range (forged, or corrupted) is
 // an error, never an out-of-bounds read; the real handle still pops.

@@ -1,6 +1,7 @@
 #include "engine/pipeline/freeze_plan.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -50,7 +51,13 @@ FrozenPlan FreezePlan(const std::vector<RecordedChunk>& chunks,
   }
 
   // (b) Rank delta.
-  const int64_t amount = int64_t{options.pipeline_rank} * options.delta_bytes;
+  // rank × delta saturates: a product beyond int64 keeps every group (the
+  // front door refuses such options; the pure function stays defined).
+  int64_t amount = 0;
+  if (__builtin_mul_overflow(int64_t{options.pipeline_rank},
+                             options.delta_bytes, &amount)) {
+    amount = std::numeric_limits<int64_t>::max();
+  }
   int64_t kept = 0;
   for (int c : backward_order) {
     for (size_t g = 0; g < chunks[c].groups.size() && kept < amount; ++g) {

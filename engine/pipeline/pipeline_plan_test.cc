@@ -1,6 +1,7 @@
 // The fine-grained mode's pure policy: backward chunk order (SPEC §5.2) and
 // the warm-up freeze (§5.4), including upstream defect (g).
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -115,6 +116,18 @@ TEST(FreezePlanTest, RankDeltaKeepsWholeGroupsInBackwardOrder) {
   EXPECT_THAT(plan.decision[0],
               ElementsAre(GroupDecision::kRankDelta, GroupDecision::kRankDelta,
                           GroupDecision::kOffload, GroupDecision::kOffload));
+}
+
+// A rank × delta beyond int64 (issue 21: UB, and a wrapped negative amount
+// kept nothing) saturates: every offloaded group stays on device.
+TEST(FreezePlanTest, RankDeltaBeyondInt64Saturates) {
+  const std::vector<RecordedChunk> chunks = {
+      Chunk({0, 0}, {"a", "b"}, 100), Chunk({0, 1}, {"a", "b"}, 100)};
+  FrozenPlan plan = FreezePlan(
+      chunks, {1, 0},
+      FreezeOptions{7, std::numeric_limits<int64_t>::max() / 2, 1.0});
+  EXPECT_THAT(plan.decision[0],
+              ElementsAre(GroupDecision::kRankDelta, GroupDecision::kRankDelta));
 }
 
 TEST(FreezePlanTest, FractionKeepsTheLatestGroupsOfEachChunk) {
