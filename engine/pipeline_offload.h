@@ -61,6 +61,7 @@ class PipelineOffloader {
  public:
   // Errors: kInvalidArgument for a fraction outside [0, 1] (or NaN),
   //   min_offload_elements, delta_offload_bytes or pipeline_rank < 0,
+  //   pipeline_rank × delta_offload_bytes beyond int64,
   //   virtual_stages outside [1, 1024], an empty or repeated module name,
   //   a negative max_inflight, min_span_coverage outside [0, 1].
   static StatusOr<std::unique_ptr<PipelineOffloader>> Create(
