@@ -281,20 +281,18 @@ StatusOr<SavedTensor> BudgetPolicy::Push(const CompositeTensor& tensor) {
   composite.push_one = [this, push](const Tensor& t) {
     return PushOne(t, push);
   };
-  if (enabled) {
-    OFFLOAD_RETURN_IF_ERROR(
-        CheckComposite(tensor, composite, core_.backend()));
-    NoteDrops(push);
-  }
   // All or nothing: a component that fails takes the earlier ones out.
   std::vector<Unit> units_before;
   std::vector<int> sizes_before;
   const bool diverged_before = diverged_;
   if (enabled) {
-    units_before = units_;
-    for (const auto& group : groups_) {
-      sizes_before.push_back(group ? group->size() : 0);
-    }
+    composite.before_push = [&] {
+      NoteDrops(push);
+      units_before = units_;
+      for (const auto& group : groups_) {
+        sizes_before.push_back(group ? group->size() : 0);
+      }
+    };
   }
   composite.undo = [&] {
     for (size_t g = 0; g < groups_.size(); ++g) {

@@ -33,26 +33,22 @@ Status CheckOffloadable(const Tensor& tensor, const Backend& backend,
                           WhereFn([&where] { return where; }));
 }
 
-Status CheckComposite(const CompositeTensor& tensor, const CompositePush& push,
-                      const Backend& backend) {
-  if (!push.offloaded) return OkStatus();
-  for (size_t i = 0; i < tensor.components.size(); ++i) {
-    if (!tensor.components[i].has_value()) continue;
-    OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
-        *tensor.components[i], backend, push.min_elements, [&] {
-          return push.where() + " of composite '" + tensor.name +
-                 "' component " + std::to_string(i);
-        }));
-  }
-  return OkStatus();
-}
-
 StatusOr<SavedTensor> PushComposite(const CompositeTensor& tensor,
                                     const CompositePush& push,
                                     const HandleMaker& handles,
                                     const Backend& backend,
                                     OffloaderStats& stats) {
-  OFFLOAD_RETURN_IF_ERROR(CheckComposite(tensor, push, backend));
+  if (push.offloaded) {
+    for (size_t i = 0; i < tensor.components.size(); ++i) {
+      if (!tensor.components[i].has_value()) continue;
+      OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
+          *tensor.components[i], backend, push.min_elements, [&] {
+            return push.where() + " of composite '" + tensor.name +
+                   "' component " + std::to_string(i);
+          }));
+    }
+  }
+  if (push.before_push) push.before_push();
   const OffloaderStats stats_before = stats;
   SavedTensor::Composite composite{{}, tensor.metadata, tensor.name};
   for (const std::optional<Tensor>& component : tensor.components) {

@@ -48,21 +48,19 @@ struct CompositePush {
   int64_t min_elements = 0;
   WhereFn where;           // "Push in layer 3", for check errors
   PushOneFn push_one;
+  // Optional: runs once the checks passed, before the first component is
+  // pushed (a front door's notes and its snapshot for undo).
+  std::function<void()> before_push;
   // Takes back what push_one did for the components pushed so far.
   std::function<void()> undo;
 };
-
-// PushComposite's checks (kInvalidArgument "<where()> of composite 'NAME'
-// component I"), for a front door with work to do between them and the
-// pushes. OK when `push.offloaded` is false.
-Status CheckComposite(const CompositeTensor& tensor, const CompositePush& push,
-                      const Backend& backend);
 
 // The pack hook of a composite, all or nothing (SPEC §1.4): absent
 // components stay absent; when `push.offloaded`, every present component is
 // first checked (CheckOffloadable against `backend`; errors "<where()> of
 // composite 'NAME' component I", nothing done), then pushed by push_one in
-// order; otherwise each is kept as pushed. If a component's push fails,
+// order (push.before_push, if set, runs between the checks and the first
+// push); otherwise each is kept as pushed. If a component's push fails,
 // push.undo takes the earlier ones back and `stats` is restored.
 // Errors: a failed check; a failed push, with the context "Push of
 // composite 'NAME' (no component was pushed)".
