@@ -103,8 +103,12 @@ class PipelineOffloader {
   // releases its device memory after them — for each storage nobody else
   // holds, and for the storages of `release_tensors` that this group
   // copied (upstream's forced release: their memory goes even though the
-  // caller holds them; release tensors the group did not copy, or that an
-  // open group still has to copy, are left alone with a warning).
+  // caller holds them; release tensors the group did not copy, that an
+  // open group still has to copy, or that another live handle of this
+  // iteration still reads — a kept handle, a tensor of a group on device,
+  // a view of this group left on device — are left alone with a warning:
+  // the group frees those once nobody holds them, so a Pop never returns
+  // a tensor without memory).
   // Graph capture (§5.7): while the compute stream is capturing
   // (Backend::IsCapturing), committing an offloaded group without
   // delay_offload is kFailedPrecondition naming the group (nothing

@@ -115,6 +115,9 @@ class OffloadGroup {
 
   // Whether a tensor of the group (not yet copied) views `storage`.
   bool References(const Storage* storage) const;
+  // Whether a tensor of the group that no span copies (left on device)
+  // views `storage`.
+  bool LeavesOnDevice(const Storage* storage) const;
   // Whether a span of the group copies (or copied) `storage`, and still
   // holds it.
   bool CopiesStorage(const Storage* storage) const;

@@ -280,6 +280,13 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
   return first;
 }
 
+bool OffloadGroup::LeavesOnDevice(const Storage* storage) const {
+  for (const Entry& entry : entries_) {
+    if (entry.span < 0 && entry.tensor.storage.get() == storage) return true;
+  }
+  return false;
+}
+
 bool OffloadGroup::CopiesStorage(const Storage* storage) const {
   for (const Span& span : spans_) {
     if (span.device.get() == storage) return true;

@@ -70,12 +70,29 @@ StatusOr<SavedTensor> PushComposite(const CompositeTensor& tensor,
   return handles.Composite(push.slot, std::move(composite));
 }
 
+namespace {
+
+// A popped tensor must have memory: one whose storage was released (a
+// forced release while another handle still read it, or the caller's own
+// doing) is an error, never handed back to read garbage.
+StatusOr<Tensor> WithMemory(StatusOr<Tensor> popped, const std::string& what) {
+  if (popped.ok() && popped->storage != nullptr && popped->nbytes() > 0 &&
+      popped->storage->data() == nullptr) {
+    return FailedPreconditionError(
+        what + " " + popped->Describe() +
+        ": its memory was released before its backward; nothing handed back");
+  }
+  return popped;
+}
+
+}  // namespace
+
 StatusOr<Tensor> PopPlain(const SavedTensor& saved, const PopOneFn& pop_one) {
   if (const SavedTensor::Composite* composite = saved.composite()) {
     return InvalidArgumentError("Pop of composite '" + composite->name +
                                 "': use PopComposite");
   }
-  return pop_one(saved);
+  return WithMemory(pop_one(saved), "Pop of tensor");
 }
 
 StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved,
@@ -92,7 +109,11 @@ StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved,
       tensor.components.emplace_back();
       continue;
     }
-    OFFLOAD_ASSIGN_OR_RETURN(Tensor part, pop_one(*component));
+    OFFLOAD_ASSIGN_OR_RETURN(
+        Tensor part,
+        WithMemory(pop_one(*component),
+                   "PopComposite of '" + composite->name + "' component " +
+                       std::to_string(tensor.components.size())));
     tensor.components.emplace_back(std::move(part));
   }
   return tensor;

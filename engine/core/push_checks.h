@@ -76,7 +76,9 @@ using PopOneFn = std::function<StatusOr<Tensor>(const SavedTensor&)>;
 // (CheckHandle), given how it pops one plain handle: Pop refuses a
 // composite, PopComposite a plain handle (kInvalidArgument) and rebuilds a
 // composite component by component. Errors: also the first that `pop_one`
-// returns.
+// returns; kFailedPrecondition naming the tensor when what it returns has
+// bytes but no memory (released): Pop never hands back a tensor without
+// memory.
 StatusOr<Tensor> PopPlain(const SavedTensor& saved, const PopOneFn& pop_one);
 StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved,
                                        const PopOneFn& pop_one);

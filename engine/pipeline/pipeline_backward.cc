@@ -229,6 +229,7 @@ Status PipelinePolicy::FinishIteration() {
   }
   first.Update(core_.RetryKept());
   chunks_.clear();
+  kept_storages_.clear();
   order_ = ChunkOrder(options_.virtual_stages);
   handles_.NextIteration();
   next_slot_ = 0;

@@ -171,11 +171,20 @@ Status PipelinePolicy::CheckNotCapturing(
       "Launch); nothing changed");
 }
 
+SavedTensor PipelinePolicy::Keep(const Tensor& tensor, int slot) {
+  if (tensor.storage != nullptr &&
+      (kept_storages_.empty() ||
+       kept_storages_.back().lock() != tensor.storage)) {
+    kept_storages_.push_back(tensor.storage);
+  }
+  return handles_.Kept(tensor, slot);
+}
+
 StatusOr<SavedTensor> PipelinePolicy::PushOne(const Tensor& tensor,
                                                        int slot) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
-    return handles_.Kept(tensor, slot);
+    return Keep(tensor, slot);
   }
   int index = -1;
   if (options_.delay_offload && tensor.ready == nullptr) {
@@ -201,10 +210,10 @@ StatusOr<SavedTensor> PipelinePolicy::PushOne(const Tensor& tensor,
 StatusOr<SavedTensor> PipelinePolicy::Push(const Tensor& tensor) {
   if (!options_.enabled || forward_chunk_ < 0 ||
       chunks_[forward_chunk_].open.empty()) {
-    return handles_.Kept(tensor, -1);
+    return Keep(tensor, -1);
   }
   const int slot = chunks_[forward_chunk_].open.back();
-  if (!slots_[slot].offload) return handles_.Kept(tensor, slot);  // §4.4
+  if (!slots_[slot].offload) return Keep(tensor, slot);  // §4.4
   OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
   OFFLOAD_RETURN_IF_ERROR(
       CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,
@@ -258,9 +267,36 @@ std::vector<const Storage*> PipelinePolicy::ForcedReleases(
                  "group; its memory is not released yet");
       continue;
     }
+    // Another live handle still reads it (issue 21): a kept handle, an
+    // entry of a group on device, or one of this group's entries left on
+    // device. Then the group holds it as if the caller did: freed once
+    // nobody holds it, never under a handle.
+    const std::string holder = OtherHolder(slot, storage);
+    if (!holder.empty()) {
+      core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
+                 tensor.Describe() + " is not released: another handle "
+                 "still reads it (" + holder + ")");
+      continue;
+    }
     force.push_back(storage);
   }
   return force;
+}
+
+std::string PipelinePolicy::OtherHolder(int slot,
+                                        const Storage* storage) const {
+  for (const std::weak_ptr<Storage>& kept : kept_storages_) {
+    if (kept.lock().get() == storage) return "a tensor kept on device";
+  }
+  if (slots_[slot].group->LeavesOnDevice(storage)) {
+    return "a view of this group left on device";
+  }
+  for (int other = 0; other < next_slot_; ++other) {
+    if (other != slot && slots_[other].group->References(storage)) {
+      return "a tensor of " + SlotName(other) + " on device";
+    }
+  }
+  return "";
 }
 
 Status PipelinePolicy::GroupCommit(

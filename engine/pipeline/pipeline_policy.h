@@ -122,6 +122,9 @@ class PipelinePolicy {
   // while the compute stream captures (§5.7).
   Status CheckNotCapturing(int slot, const std::string& call) const;
   StatusOr<SavedTensor> PushOne(const Tensor& tensor, int slot);
+  // A handle that keeps `tensor` as is; its storage is remembered for the
+  // iteration (a forced release must not free it under the handle).
+  SavedTensor Keep(const Tensor& tensor, int slot);
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
   // Offloads `slot`'s group and releases its memory after the copies.
@@ -133,6 +136,10 @@ class PipelinePolicy {
   // The storages of `release` that `slot` may free (§5.1, §5.8h).
   std::vector<const Storage*> ForcedReleases(
       int slot, const std::vector<Tensor>& release);
+  // Who else still reads `storage` this iteration (a kept handle, another
+  // group's tensor on device, a view of `slot` left on device), for a
+  // message; empty when nobody.
+  std::string OtherHolder(int slot, const Storage* storage) const;
   // Freezes the plan after warm-up.
   void Freeze();
   void EndIteration();
@@ -148,6 +155,8 @@ class PipelinePolicy {
   int backward_chunk_ = -1;  // the chunk whose backward runs
   int backward_chunks_ = 0;  // chunks whose backward began
   std::vector<int> pending_release_;  // slots holding caller storages
+  // Storages of this iteration's kept handles (weak: the handles own them).
+  std::vector<std::weak_ptr<Storage>> kept_storages_;
   // delay_offload: commits whose offload is not issued yet, in order.
   struct Delayed {
     int slot = -1;
