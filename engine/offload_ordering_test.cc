@@ -30,6 +30,8 @@ namespace offload_test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr int64_t kElements = 256 * 1024;
 
@@ -110,8 +112,16 @@ TEST_F(SimOffloadTest, GroupWithoutPinnedMemoryIsKeptOnDevice) {
 // holds it (HeldOutside), it is reported and left alone.
 class FakeFrameworkMemory final : public StorageMemory {
  public:
-  FakeFrameworkMemory(Buffer buffer, int* releases, bool* held)
-      : buffer_(std::move(buffer)), releases_(releases), held_(held) {}
+  FakeFrameworkMemory(Buffer buffer, int* releases, bool* held,
+                      bool refuse = false, bool* destroyed = nullptr)
+      : buffer_(std::move(buffer)),
+        releases_(releases),
+        held_(held),
+        refuse_(refuse),
+        destroyed_(destroyed) {}
+  ~FakeFrameworkMemory() override {
+    if (destroyed_ != nullptr) *destroyed_ = true;
+  }
   void* data() const override { return buffer_.data(); }
   int64_t size_bytes() const override { return buffer_.size(); }
   MemorySpace space() const override { return buffer_.space(); }
@@ -119,6 +129,7 @@ class FakeFrameworkMemory final : public StorageMemory {
   bool HeldOutside() const override { return *held_; }
   Status ReleaseAfter(Stream& stream) override {
     ++*releases_;
+    if (refuse_) return InternalError("the owner refuses every release");
     return buffer_.owner()->Free(buffer_, stream);
   }
 
@@ -126,7 +137,25 @@ class FakeFrameworkMemory final : public StorageMemory {
   Buffer buffer_;
   int* releases_;
   bool* held_;
+  bool refuse_;
+  bool* destroyed_;
 };
+
+// Framework memory holding `elements` f32 of pattern `seed`.
+StatusOr<Tensor> FrameworkTensor(SimBackend& sim, int64_t elements,
+                                 uint64_t seed, int* releases, bool* held,
+                                 bool refuse = false,
+                                 bool* destroyed = nullptr) {
+  OFFLOAD_ASSIGN_OR_RETURN(Tensor t,
+                           Produce(sim, DType::kF32, {elements}, seed));
+  OFFLOAD_ASSIGN_OR_RETURN(
+      Buffer buffer, sim.AllocateDevice(elements * 4, sim.ComputeStream()));
+  OFFLOAD_RETURN_IF_ERROR(sim.ComputeStream().Copy(
+      buffer.data(), t.storage->data(), elements * 4));
+  t.storage = std::make_shared<Storage>(std::make_unique<FakeFrameworkMemory>(
+      std::move(buffer), releases, held, refuse, destroyed));
+  return t;
+}
 
 TEST_F(SimOffloadTest, StorageOwnedOutsideTheBackendIsReleasedThroughIt) {
   for (bool held : {false, true}) {
@@ -136,18 +165,8 @@ TEST_F(SimOffloadTest, StorageOwnedOutsideTheBackendIsReleasedThroughIt) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
                          Offloader::Create(*sim_, DefaultOptions(3, 1)));
     ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(0));
-    ASSERT_OK_AND_ASSIGN(Tensor made,
-                         Produce(*sim_, DType::kF32, {kElements}, 9));
-    Tensor t = made;
-    // Move the produced buffer into framework-owned memory.
-    ASSERT_OK_AND_ASSIGN(Buffer buffer,
-                         sim_->AllocateDevice(kElements * 4,
-                                              sim_->ComputeStream()));
-    ASSERT_OK(sim_->ComputeStream().Copy(buffer.data(), made.storage->data(),
-                                         kElements * 4));
-    made = Tensor();
-    t.storage = std::make_shared<Storage>(std::make_unique<FakeFrameworkMemory>(
-        std::move(buffer), &releases, &held_outside));
+    ASSERT_OK_AND_ASSIGN(Tensor t, FrameworkTensor(*sim_, kElements, 9,
+                                                   &releases, &held_outside));
     ASSERT_OK_AND_ASSIGN(SavedTensor h, offloader->Push(t));
     t = Tensor();
     ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
@@ -171,6 +190,51 @@ TEST_F(SimOffloadTest, StorageOwnedOutsideTheBackendIsReleasedThroughIt) {
     }
     sim_->RunUntilIdle();
   }
+}
+
+// Issue 21: memory whose owner refuses every release is kept while copies
+// may still read it (never freed unordered), but once the destructor has
+// drained the streams the engine drops its reference, so the owner frees
+// it; the warning names the refusal, not an ordering failure.
+TEST_F(SimOffloadTest, MemoryWhoseOwnerRefusesReleasesIsDroppedAfterTheDrain) {
+  int releases = 0;
+  bool held_outside = false;
+  bool destroyed = false;
+  OffloadOptions options = DefaultOptions(3, 1);
+  options.warnings_to_stderr = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
+                       Offloader::Create(*sim_, options));
+  ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(0));
+  ASSERT_OK_AND_ASSIGN(
+      Tensor t, FrameworkTensor(*sim_, kElements, 9, &releases, &held_outside,
+                                /*refuse=*/true, &destroyed));
+  ASSERT_OK_AND_ASSIGN(SavedTensor h, offloader->Push(t));
+  t = Tensor();
+  ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
+  EXPECT_FALSE(offloader->ForwardStep().ok());  // the release of 0 fails
+  EXPECT_EQ(releases, 1);
+  EXPECT_FALSE(destroyed);  // kept: copies may still read it
+  EXPECT_EQ(offloader->diagnostics().Count("are kept, not freed, because "
+                                           "their owner refused the release"),
+            1);
+  for (int layer = 2; layer >= 0; --layer) {
+    (void)offloader->BackwardStep(layer);  // retries fail again: checked above
+  }
+  ASSERT_OK_AND_ASSIGN(Tensor popped, offloader->Pop(h));
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, HostBytes(*sim_, popped));
+  EXPECT_TRUE(BytesEqual(bytes, PatternBytes(0, kElements * 4, 9)));
+  popped = Tensor();
+  (void)offloader->FinishBackward();
+  h = SavedTensor();
+  EXPECT_FALSE(destroyed);
+  ::testing::internal::CaptureStderr();
+  offloader.reset();
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(destroyed);  // the owner freed it: no leak
+  EXPECT_THAT(warned, HasSubstr("refused"));
+  EXPECT_THAT(warned, Not(HasSubstr("leaked")));
+  sim_->RunUntilIdle();
+  EXPECT_THAT(sim_->hazards(), IsEmpty());
 }
 
 // Counts the host synchronizations and event queries the engine makes: a

@@ -20,17 +20,28 @@ OffloadCore::~OffloadCore() {
     // No event orders the compute stream after the user: wait on the host.
     Status drained = kept.producer != nullptr ? kept.producer->Synchronize()
                                               : kept.user->Synchronize();
-    if (drained.ok() && kept.storage.use_count() == 1 &&
-        !kept.storage->memory().HeldOutside()) {
-      drained = kept.storage->memory().ReleaseAfter(compute_);
-    }
     if (!drained.ok()) {
       // Freeing now could race the copy: the memory is lost instead.
       Warn("~Offloader: " + std::to_string(kept.storage->size_bytes()) +
-           " B could not be freed in order and are leaked (" +
-           drained.ToString() + ")");
+           " B are leaked: the streams that may still read them could not "
+           "be drained (" + drained.ToString() + ")");
       new std::shared_ptr<Storage>(std::move(kept.storage));  // NOLINT
+      continue;
     }
+    if (kept.storage.use_count() == 1 &&
+        !kept.storage->memory().HeldOutside()) {
+      Status freed = kept.storage->memory().ReleaseAfter(compute_);
+      if (!freed.ok()) {
+        // Nothing reads it any more: dropping the last reference hands it
+        // to its owner's destructor, which frees it.
+        Warn("~Offloader: the owner of " +
+             std::to_string(kept.storage->size_bytes()) +
+             " B refused to release them (" + freed.ToString() +
+             "); the streams have drained, so the engine drops its "
+             "reference and the owner's destructor frees them");
+      }
+    }
+    kept.storage.reset();  // others still holding it free it later
   }
   kept_.clear();
   Status cleared = pinned_.Clear();
@@ -47,7 +58,9 @@ Status OffloadCore::ComputeWaitsFor(Stream& user, Event& point) {
 Status OffloadCore::FreeOnCompute(std::shared_ptr<Storage> storage,
                                   const std::function<std::string()>& what) {
   Status status = storage->memory().ReleaseAfter(compute_);
-  if (!status.ok()) Keep(std::move(storage), compute_, what(), status);
+  if (!status.ok()) {
+    Keep(std::move(storage), compute_, what(), status, KeepReason::kRefused);
+  }
   return status;
 }
 
@@ -58,11 +71,18 @@ Status OffloadCore::FreeOnCompute(std::shared_ptr<Storage> storage,
 }
 
 void OffloadCore::Keep(std::shared_ptr<Storage> storage, Stream& user,
-                       const std::string& what, const Status& why) {
-  Warn(what + ": " + std::to_string(storage->size_bytes()) +
-       " B of device memory are kept, not freed, because their free could "
-       "not be ordered after the copies on '" + std::string(user.name()) +
-       "' (" + why.ToString() + ")");
+                       const std::string& what, const Status& why,
+                       KeepReason reason) {
+  const std::string bytes = std::to_string(storage->size_bytes());
+  if (reason == KeepReason::kRefused) {
+    Warn(what + ": " + bytes + " B of device memory are kept, not freed, "
+         "because their owner refused the release after '" +
+         std::string(user.name()) + "' (" + why.ToString() + ")");
+  } else {
+    Warn(what + ": " + bytes + " B of device memory are kept, not freed, "
+         "because their free could not be ordered after the copies on '" +
+         std::string(user.name()) + "' (" + why.ToString() + ")");
+  }
   kept_.push_back(Kept{std::move(storage), &user, nullptr});
 }
 

@@ -78,12 +78,21 @@ class OffloadCore {
   Status FreeOnCompute(std::shared_ptr<Storage> storage,
                        const std::string& what);
 
+  // Why Keep holds memory, for its warning.
+  enum class KeepReason {
+    kUnordered,  // its free could not be ordered after the copies
+    kRefused,    // its owner's ReleaseAfter failed
+  };
   // Memory whose free could not be ordered after `user` (a copy stream
-  // that may still read or write it): kept rather than freed unordered (a
-  // leak is better than a race), with a warning naming `what`. RetryKept
-  // and the destructor free it once ordered.
+  // that may still read or write it), or whose owner refused to release
+  // it: kept rather than freed unordered (a leak is better than a race),
+  // with a warning naming `what` and the reason. RetryKept frees it once
+  // ordered; the destructor, after draining `user`, frees it or, if its
+  // owner refuses again, drops the reference (the owner's destructor frees
+  // it).
   void Keep(std::shared_ptr<Storage> storage, Stream& user,
-            const std::string& what, const Status& why);
+            const std::string& what, const Status& why,
+            KeepReason reason = KeepReason::kUnordered);
   // The same for memory whose producer's ready point `producer` (an event
   // of another stream) the compute stream could not be made to wait for.
   void KeepUntil(std::shared_ptr<Storage> storage,

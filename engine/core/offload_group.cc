@@ -466,7 +466,7 @@ Status OffloadGroup::StartReload() {
       for (auto& block : blocks) {
         if (block->empty()) continue;
         core_.Keep(std::make_shared<Storage>(std::move(*block)), h2d, Where(),
-                   freed);
+                   freed, OffloadCore::KeepReason::kRefused);
       }
     }
     return Status(status.code(), "StartReload of " + Where() + ": " +

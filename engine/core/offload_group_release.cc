@@ -163,7 +163,8 @@ Status OffloadGroup::FreeDue(const std::vector<const Storage*>& force) {
     Status freed = span.device->memory().ReleaseAfter(core_.d2h());
     if (!freed.ok()) {
       first.Update(freed);
-      core_.Keep(span.device, core_.d2h(), Where(), freed);
+      core_.Keep(span.device, core_.d2h(), Where(), freed,
+                 OffloadCore::KeepReason::kRefused);
     }
     span.device.reset();
   }
