@@ -72,7 +72,12 @@ class Offloader {
   //   (an ordering Wait that failed). Then the previous layer's forward is
   //   already closed (its offload started, or it is kept on device) and no
   //   layer is open; calling ForwardStep again does what is left and
-  //   returns the same layer id.
+  //   returns the same layer id. kInvalidArgument naming the previous
+  //   layer when retain_pinned_buffers is set and its saved tensors changed
+  //   shape since the iteration that sized its pinned buffers (SPEC §3.5,
+  //   TE's ValueError): that layer stays on device in this iteration
+  //   (correct as pushed), its retained buffers go back, and the next
+  //   iteration sizes new ones; retry ForwardStep as above.
   StatusOr<int> ForwardStep();
 
   // Before the backward of `layer`: releases the previous backward layer's
@@ -119,6 +124,9 @@ class Offloader {
   // whose forward is open closes it, as TE's manual example does: pushes
   // before the next ForwardStep then fail. StartOffload of a layer whose
   // backward began is kFailedPrecondition.
+  // StartOffload is kInvalidArgument when retain_pinned_buffers is set and
+  // the layer's saved tensors changed shape (as ForwardStep): the layer is
+  // then kept on device for this iteration, and closed.
   Status StartOffload(int layer);
   Status ReleaseForwardMemory(int layer);
   Status StartReload(int layer);

@@ -623,34 +623,96 @@ TEST_F(RetainTest, WithoutRetentionPinnedMemoryIsReturnedAfterEachStep) {
   EXPECT_EQ(offloader->stats().pinned_allocations, 4);
 }
 
-// SPEC §3.5: retained buffers are the first iteration's; when the saved
-// tensors' shapes change the layer is re-planned with new pinned buffers and
-// a warning naming the layer and the option, never a silent overflow of the
-// old buffer, and never an Offloader stuck repeating an error (issue 9: the
-// old behaviour failed every later step until destruction).
-TEST_F(RetainTest, ShapeChangeBetweenIterationsIsReplannedWithAWarning) {
+// SPEC §3.5, TE's rule: with retain_pinned_buffers, saved tensors that change
+// shape between iterations are an error naming the layer (TE raises
+// ValueError) — never a silent overflow of the old buffer. It must not stick
+// (issue 9: an old version failed every later step until destruction): the
+// layer stays on device for that iteration with correct bytes, the call that
+// failed can be retried, and the next iteration re-plans without an error.
+TEST_F(RetainTest, ShapeChangeBetweenIterationsIsAnErrorThatDoesNotStick) {
   OffloadOptions options = DefaultOptions(3, 1);
   options.retain_pinned_buffers = true;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
                        Offloader::Create(*sim_, options));
   ASSERT_NO_FATAL_FAILURE(
       Step(*offloader, 1, {kElements, kElements, kElements}));
-  // Iteration 2: layer 0 saves a tensor twice as large, correctly offloaded.
-  ASSERT_NO_FATAL_FAILURE(
-      Step(*offloader, 2, {2 * kElements, kElements, kElements}));
-  EXPECT_EQ(offloader->diagnostics().Count("shapes changed"), 1);
-  EXPECT_THAT(offloader->diagnostics().warnings().back(),
-              AllOf(HasSubstr("layer 0"), HasSubstr("retain_pinned_buffers")));
-  // The new buffers are retained in turn: iteration 3 allocates nothing.
-  const int64_t allocations = offloader->stats().pinned_allocations;
-  EXPECT_EQ(allocations, 2);
+  EXPECT_EQ(offloader->stats().pinned_allocations, 1);
+  // Iteration 2: layer 0 saves a tensor twice as large.
+  ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(0));
+  ASSERT_OK_AND_ASSIGN(Tensor big,
+                       Produce(*sim_, DType::kF32, {2 * kElements}, 200));
+  ASSERT_OK_AND_ASSIGN(SavedTensor h0, offloader->Push(big));
+  big = Tensor();
+  EXPECT_THAT(offloader->ForwardStep(),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("layer 0"),
+                             HasSubstr("retain_pinned_buffers"),
+                             HasSubstr("shapes"))));
+  EXPECT_EQ(offloader->state(0), GroupState::kKeptOnDevice);
+  EXPECT_EQ(offloader->stats().pinned_allocations, 1);
+  // The retry does what is left: layer 1 starts.
+  ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
+  ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(2));
+  for (int layer = 2; layer >= 0; --layer) ASSERT_OK(offloader->BackwardStep(layer));
+  ASSERT_OK_AND_ASSIGN(Tensor back, offloader->Pop(h0));
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, HostBytes(*sim_, back));
+  EXPECT_TRUE(BytesEqual(bytes, PatternBytes(0, 8 * kElements, 200)));
+  back = Tensor();
+  ASSERT_OK(offloader->FinishBackward());
+  EXPECT_EQ(offloader->OffloadedBytes(), 0);  // the old buffer went back
+  // Iteration 3 re-plans (no error) and retains the new buffers;
+  // iteration 4 allocates nothing.
   ASSERT_NO_FATAL_FAILURE(
       Step(*offloader, 3, {2 * kElements, kElements, kElements}));
-  EXPECT_EQ(offloader->stats().pinned_allocations, allocations);
+  EXPECT_EQ(offloader->stats().pinned_allocations, 2);
+  ASSERT_NO_FATAL_FAILURE(
+      Step(*offloader, 4, {2 * kElements, kElements, kElements}));
+  EXPECT_EQ(offloader->stats().pinned_allocations, 2);
   EXPECT_EQ(offloader->OffloadedBytes(), 2 * kElements * 4);
   offloader.reset();
   sim_->RunUntilIdle();
   EXPECT_EQ(sim_->pinned_memory().live_bytes, 0);
+  EXPECT_THAT(sim_->hazards(), IsEmpty());
+}
+
+// The same in manual mode: StartOffload of the changed layer is the error.
+TEST_F(RetainTest, ManualStartOffloadOfAChangedLayerIsTheError) {
+  OffloadOptions options = ManualOptions(2);
+  options.retain_pinned_buffers = true;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Offloader> offloader,
+                       Offloader::Create(*sim_, options));
+  for (int iteration = 1; iteration <= 3; ++iteration) {
+    const int64_t elements = iteration == 1 ? kElements : 2 * kElements;
+    ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(0));
+    ASSERT_OK_AND_ASSIGN(Tensor t, Produce(*sim_, DType::kF32, {elements},
+                                           10 + iteration));
+    ASSERT_OK_AND_ASSIGN(SavedTensor h, offloader->Push(t));
+    t = Tensor();
+    Status started = offloader->StartOffload(0);
+    if (iteration == 2) {
+      EXPECT_THAT(started, StatusIs(StatusCode::kInvalidArgument,
+                                    HasSubstr("layer 0")));
+      EXPECT_EQ(offloader->state(0), GroupState::kKeptOnDevice);
+      EXPECT_FALSE(offloader->Push(t).ok());  // closed: no layer open
+    } else {
+      ASSERT_OK(started);
+    }
+    ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
+    ASSERT_OK(offloader->ReleaseForwardMemory(0));
+    ASSERT_OK(offloader->BackwardStep(1));
+    ASSERT_OK(offloader->StartReload(0));
+    ASSERT_OK(offloader->BackwardStep(0));
+    ASSERT_OK_AND_ASSIGN(Tensor back, offloader->Pop(h));
+    ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> bytes, HostBytes(*sim_, back));
+    EXPECT_TRUE(
+        BytesEqual(bytes, PatternBytes(0, 4 * elements, 10 + iteration)));
+    back = Tensor();
+    ASSERT_OK(offloader->FinishBackward());
+  }
+  EXPECT_EQ(offloader->stats().pinned_allocations, 2);
+  offloader.reset();
+  sim_->RunUntilIdle();
+  EXPECT_THAT(sim_->hazards(), IsEmpty());
 }
 
 // An iteration in which a retained layer saves nothing (issue 9: used to

@@ -216,19 +216,25 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
       !retained_sizes_.empty() &&
       retained_sizes_ != sizes) {
     // The saved tensors changed shape: the retained buffers no longer fit.
-    // Re-plan rather than refuse (which would leave the layer stuck): the
-    // old buffers go back, ordered after their last copy, and new ones are
-    // taken below.
+    // TE's rule (SPEC §3.5): an error naming the group. It must not leave
+    // the group stuck: the group stays on device for this iteration
+    // (correct as pushed), the old buffers go back, ordered after their
+    // last copy, and the next iteration takes and retains new ones.
     std::string was, now;
     for (int64_t size : retained_sizes_) was += " " + std::to_string(size);
     for (int64_t size : sizes) now += " " + std::to_string(size);
     Status cleared = core_.pinned().Clear(pinned_tag_);
-    core_.Warn(Where() + ": retain_pinned_buffers kept the pinned buffers "
-               "of an earlier iteration, but the saved tensors' shapes "
-               "changed (span bytes were [" + was + " ], now [" + now +
-               " ]); new pinned buffers are allocated" +
-               (cleared.ok() ? "" : " (" + cleared.ToString() + ")"));
     retained_sizes_.clear();
+    const std::string message =
+        Where() + ": retain_pinned_buffers: the pinned buffers retained from "
+        "an earlier iteration do not match the saved tensors' shapes (span "
+        "bytes were [" + was + " ], now [" + now + " ]); tensor shapes must "
+        "not change between iterations when retain_pinned_buffers is set";
+    KeepOnDevice(message + (cleared.ok() ? "" : " (" + cleared.ToString() +
+                                                    ")"));
+    return InvalidArgumentError(
+        message + ". The group stays on device in this iteration; the next "
+        "iteration allocates and retains new pinned buffers");
   }
 
   // Pinned blocks first: without them the group stays on device. The D2H

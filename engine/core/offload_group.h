@@ -71,9 +71,12 @@ class OffloadGroup {
   // D2H copy after the ready points of all its tensors, then records the
   // group's finish event. If pinned memory cannot be had or a copy cannot
   // be enqueued, the group is kept on device (a warning).
-  // When `retain_pinned` and this iteration's spans do not fit the retained
-  // buffers, those are freed and new ones taken (a warning).
-  // Errors: kFailedPrecondition in another state.
+  // Errors: kFailedPrecondition in another state; kInvalidArgument naming
+  //   the group when `retain_pinned` and this iteration's spans do not fit
+  //   the buffers retained from an earlier iteration (SPEC §3.5: shapes
+  //   must not change) — then the group is kept on device for this
+  //   iteration, the retained buffers are given back (ordered after their
+  //   last copy), and the next iteration's StartOffload takes new ones.
   Status StartOffload(bool retain_pinned);
 
   // The pinned blocks, as (bytes, pool tag), that StartOffload would take

@@ -223,7 +223,7 @@ Status LayerPolicy::Manual(ManualCall call, int layer) {
   }
   OffloadGroup& group = Group(layer);
   switch (call) {
-    case ManualCall::kStartOffload:
+    case ManualCall::kStartOffload: {
       if (backward_begun_[layer]) {
         return FailedPreconditionError(
             where + ": its backward already began in " + Iteration());
@@ -235,10 +235,16 @@ Status LayerPolicy::Manual(ManualCall call, int layer) {
         }
         return OkStatus();
       }
-      OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
-      CheckCapturedOffload(layer);
+      // A refused retained shape (SPEC §3.5) keeps the group on device and
+      // still closes the layer.
+      Status started = group.StartOffload(retain_pinned_);
+      if (!started.ok() && group.state() != GroupState::kKeptOnDevice) {
+        return started;
+      }
+      if (started.ok()) CheckCapturedOffload(layer);
       if (open_layer_ == layer) open_layer_ = -1;  // closed
-      return OkStatus();
+      return started;
+    }
     case ManualCall::kReleaseForwardMemory:
       return warmup_ ? OkStatus() : group.ReleaseForwardMemory();
     case ManualCall::kStartReload:
