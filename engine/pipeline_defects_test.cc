@@ -263,6 +263,74 @@ TEST_F(PipelineDefectsTest, H_ForcedReleaseOnlyOfStoragesThisGroupCopied) {
   ExpectClean();
 }
 
+// SPEC §5.3: a rank runs one chunk at a time, so a chunk's forward has
+// finished as soon as another chunk starts, forward or backward. In plain
+// 1F1B (F0 F1 B0 B1; and F0 F1 B0 F2 B1) chunk 1 is pre-reloaded at the end
+// of B0, not when its own backward begins.
+TEST_F(PipelineDefectsTest, OneFOneBPreReloadsTheNextChunkAtTheEndOfB0) {
+  for (bool third : {false, true}) {
+    SCOPED_TRACE(third ? "F0 F1 B0 F2 B1 B2" : "F0 F1 B0 B1");
+    Make(Modules({"core_attn"}));
+    for (int iteration = 0; iteration < 2; ++iteration) {  // warm-up, frozen
+      ASSERT_OK(off_->StartChunk(0, 0));
+      SavedTensor s0 = Group("core_attn", 1);
+      ASSERT_OK(off_->StartChunk(0, 1));
+      SavedTensor s1 = Group("core_attn", 2);
+      ASSERT_OK(off_->StartChunkBackward(0, 0));
+      ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+      PopAndCheck(s0, 1);
+      EXPECT_EQ(off_->state(0, 1, "core_attn", 0),
+                GroupState::kOffloadFinished);
+      ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+      EXPECT_EQ(off_->state(0, 1, "core_attn", 0),
+                GroupState::kReloadStarted);
+      SavedTensor s2;
+      if (third) {
+        ASSERT_OK(off_->StartChunk(0, 2));
+        s2 = Group("core_attn", 3);
+      }
+      ASSERT_OK(off_->StartChunkBackward(0, 1));
+      ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+      PopAndCheck(s1, 2);
+      ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+      if (third) {
+        ASSERT_OK(off_->StartChunkBackward(0, 2));
+        ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+        PopAndCheck(s2, 3);
+        ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+      }
+      ASSERT_OK(off_->FinishIteration());
+    }
+    ExpectClean();
+  }
+}
+
+// A chunk's forward cannot end with a group open: StartChunkBackward of
+// another chunk is then refused, naming the group, and changes nothing.
+TEST_F(PipelineDefectsTest, BackwardOfAnotherChunkWhileAGroupIsOpenIsRefused) {
+  Make(Modules({"core_attn"}));
+  ASSERT_OK(off_->StartChunk(0, 0));
+  SavedTensor s0 = Group("core_attn", 1);
+  ASSERT_OK(off_->StartChunk(0, 1));
+  ASSERT_OK(off_->GroupStart("core_attn"));
+  EXPECT_THAT(off_->StartChunkBackward(0, 0),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("is still open")));
+  EXPECT_EQ(off_->state(0, 0, "core_attn", 0), GroupState::kOffloadFinished);
+  ASSERT_OK_AND_ASSIGN(SavedTensor s1, off_->Push(New(2)));
+  ASSERT_OK(off_->GroupCommit("core_attn", {}));
+  ASSERT_OK(off_->StartChunkBackward(0, 0));
+  ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+  PopAndCheck(s0, 1);
+  ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+  ASSERT_OK(off_->StartChunkBackward(0, 1));
+  ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+  PopAndCheck(s1, 2);
+  ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+  ASSERT_OK(off_->FinishIteration());
+  ExpectClean();
+}
+
 // release_tensors never frees a storage another live handle still reads
 // (issue 21, item 3): x is kept on device by a group that is not
 // offloaded, by a small view kept as is, and by a group that stayed on

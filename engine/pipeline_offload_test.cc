@@ -208,7 +208,7 @@ TEST_F(PipelineOffloadTest, AWorkloadThatChangesAfterTheFreezeIsAnError) {
                                  "warm-up ran 2")));
   EXPECT_THAT(off_->StartChunkBackward(0, 0),
               StatusIs(StatusCode::kFailedPrecondition,
-                       HasSubstr("the chunk ran 1 groups, warm-up ran 2")));
+                       HasSubstr("ran 1 groups, warm-up ran 2")));
 }
 
 }  // namespace

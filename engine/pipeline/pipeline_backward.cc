@@ -33,6 +33,9 @@ Status PipelinePolicy::StartChunkBackward(int stage, int microbatch) {
     return FailedPreconditionError(where + ": " + SlotName(it->open.back()) +
                                    " is still open");
   }
+  // The chunk whose forward ran last (this one, or another in 1F1B: F0 F1
+  // B0) ends now; every earlier one was checked when it ended.
+  OFFLOAD_RETURN_IF_ERROR(CheckForwardChunkCanEnd(where));
   if (backward_chunk_ >= 0) {
     const Chunk& previous = chunks_[backward_chunk_];
     if (previous.backward_next < static_cast<int>(previous.commits.size()) ||
@@ -42,19 +45,14 @@ Status PipelinePolicy::StartChunkBackward(int stage, int microbatch) {
           " has groups that did not end");
     }
   }
-  if (warmed_up_ && static_cast<int>(it->slots.size()) !=
-                        recorded_groups_[index]) {
-    return FailedPreconditionError(
-        where + ": the workload changed after the warm-up: the chunk ran " +
-        std::to_string(it->slots.size()) + " groups, warm-up ran " +
-        std::to_string(recorded_groups_[index]));
-  }
   // Delayed offloads are issued before any backward (never dropped). If
   // that fails they are issued all the same, and the backward has not
   // begun: a retry goes on.
   OFFLOAD_RETURN_IF_ERROR(IssueDelayedOffloads(DelayedIssue::kLeftOver, where));
+  // SPEC §5.3: a rank runs one chunk at a time, so whichever chunk's
+  // forward ran last has finished (and may be pre-reloaded).
+  EndForwardChunk();
   it->forward_ended = true;
-  if (forward_chunk_ == index) forward_chunk_ = -1;
   it->backward_begun = true;
   backward_chunk_ = index;
   ++backward_chunks_;

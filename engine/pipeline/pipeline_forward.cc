@@ -44,6 +44,31 @@ Status PipelinePolicy::FreeDropped() {
   return first;
 }
 
+Status PipelinePolicy::CheckForwardChunkCanEnd(
+    const std::string& where) const {
+  if (forward_chunk_ < 0) return OkStatus();
+  const Chunk& chunk = chunks_[forward_chunk_];
+  if (!chunk.open.empty()) {
+    return FailedPreconditionError(
+        where + ": " + SlotName(chunk.open.back()) +
+        " is still open (GroupCommit it first)");
+  }
+  if (warmed_up_ && static_cast<int>(chunk.slots.size()) !=
+                        recorded_groups_[forward_chunk_]) {
+    return FailedPreconditionError(
+        where + ": the workload changed after the warm-up: " +
+        chunk.id.ToString() + " ran " + std::to_string(chunk.slots.size()) +
+        " groups, warm-up ran " +
+        std::to_string(recorded_groups_[forward_chunk_]));
+  }
+  return OkStatus();
+}
+
+void PipelinePolicy::EndForwardChunk() {
+  if (forward_chunk_ >= 0) chunks_[forward_chunk_].forward_ended = true;
+  forward_chunk_ = -1;
+}
+
 Status PipelinePolicy::StartChunk(int stage, int microbatch) {
   if (!options_.enabled) return OkStatus();
   const ChunkId id{stage, microbatch};
@@ -60,21 +85,7 @@ Status PipelinePolicy::StartChunk(int stage, int microbatch) {
       return FailedPreconditionError(where + ": that chunk already ran");
     }
   }
-  if (forward_chunk_ >= 0 && !chunks_[forward_chunk_].open.empty()) {
-    return FailedPreconditionError(
-        where + ": " + SlotName(chunks_[forward_chunk_].open.back()) +
-        " is still open (GroupCommit it first)");
-  }
-  if (warmed_up_ && forward_chunk_ >= 0 &&
-      static_cast<int>(chunks_[forward_chunk_].slots.size()) !=
-          recorded_groups_[forward_chunk_]) {
-    return FailedPreconditionError(
-        where + ": the workload changed after the warm-up: " +
-        chunks_[forward_chunk_].id.ToString() + " ran " +
-        std::to_string(chunks_[forward_chunk_].slots.size()) +
-        " groups, warm-up ran " +
-        std::to_string(recorded_groups_[forward_chunk_]));
-  }
+  OFFLOAD_RETURN_IF_ERROR(CheckForwardChunkCanEnd(where));
   const int index = static_cast<int>(chunks_.size());
   if (warmed_up_ && (index >= static_cast<int>(recorded_.size()) ||
                      !(recorded_[index].id == id))) {
@@ -88,7 +99,7 @@ Status PipelinePolicy::StartChunk(int stage, int microbatch) {
   }
   // Memory the caller dropped goes first: if that fails, nothing changed.
   OFFLOAD_RETURN_IF_ERROR(FreeDropped().WithContext(where));
-  if (forward_chunk_ >= 0) chunks_[forward_chunk_].forward_ended = true;
+  EndForwardChunk();
   Chunk chunk;
   chunk.id = id;
   chunks_.push_back(std::move(chunk));

@@ -116,6 +116,13 @@ class PipelinePolicy {
   // The chunk at the front of the backward order (next to run backward),
   // or -1.
   int FrontChunk() const;
+  // OK if the chunk whose forward runs (if any) may end now: no group open
+  // and, after the warm-up, as many groups as recorded. Errors:
+  // kFailedPrecondition prefixed by `where`.
+  Status CheckForwardChunkCanEnd(const std::string& where) const;
+  // The chunk whose forward runs has finished (SPEC §5.3: another chunk
+  // starts, forward or backward).
+  void EndForwardChunk();
   // Frees device storages the caller dropped since their group's commit.
   Status FreeDropped();
   // Without delay_offload, kFailedPrecondition naming `call` and `slot`
