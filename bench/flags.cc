@@ -40,6 +40,8 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--layers")) f.shape.layers = std::atoi(v);
     else if (const char* v = val("--steps")) f.steps = std::atoi(v);
     else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
+    else if (const char* v = val("--pp")) f.pp = std::atoi(v);
+    else if (const char* v = val("--microbatches")) f.microbatches = std::atoi(v);
     else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
     else if (const char* v = val("--push_at")) {
       const std::string at = v;

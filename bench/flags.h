@@ -39,6 +39,10 @@ struct Flags {
   // `steps` times, next to eager steps of the same k measured the same way
   // (graph_sweep.h). Ignored with --sim_only.
   std::vector<int> graph_k;
+  // pipeline_bench only: --pp=P --microbatches=M run pipeline rank 0's 1F1B
+  // schedule of M microbatches over P ranks (pipeline_step.h) per step.
+  int pp = 1;
+  int microbatches = 1;
 };
 
 // Parses --name=value flags; dies on an unknown one. Fills in kmax's default.

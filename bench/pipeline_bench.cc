@@ -5,6 +5,12 @@
 //
 //   pipeline_bench [--hidden=4096] [--tokens=8192] [--layers=8] [--steps=5]
 //                  [--warmup=2]        (run_pipeline_bench.sh: --steps=10)
+//                  [--pp=1 --microbatches=1]
+//
+// With --pp and --microbatches, each step is pipeline rank 0's 1F1B schedule
+// of that many microbatches (e.g. F0 F1 B0 F2 B1 F3 B2 B3 for 2 and 4), each
+// a chunk of --layers layers (pipeline_step.h): a chunk's first reloads can
+// then hide behind the next microbatch's forward (SPEC §5.3).
 //
 // Configurations: no offloading (enabled=false, the baseline), then the
 // module sets {core_attn}, {core_attn, attn_proj}, {qkv_linear, core_attn,
@@ -92,7 +98,11 @@ Row RunConfig(GpuExec& ex, CudaBackend& be, const Flags& flags,
   o.pipeline_rank = 0;
   o.virtual_stages = 1;
   auto off = Must(PipelineOffloader::Create(be, o), "PipelineOffloader::Create");
-  for (int w = 0; w < flags.warmup; ++w) RunPipelineStep(ex, *off, s);
+  const std::vector<PipelineStep> schedule =
+      OneFOneB(flags.pp, flags.microbatches);
+  for (int w = 0; w < flags.warmup; ++w) {
+    RunPipelineSchedule(ex, *off, s, schedule);
+  }
   Cuda(cudaDeviceSynchronize(), "sync");
 
   unsigned long long zero = 0;
@@ -105,7 +115,7 @@ Row RunConfig(GpuExec& ex, CudaBackend& be, const Flags& flags,
   for (int i = 0; i < flags.steps; ++i) {
     Cuda(cudaDeviceSynchronize(), "sync");
     Clock::time_point t0 = Clock::now();
-    host_ns += RunPipelineStep(ex, *off, s).engine_host_ns;
+    host_ns += RunPipelineSchedule(ex, *off, s, schedule).engine_host_ns;
     Cuda(cudaDeviceSynchronize(), "sync");
     times.push_back(NsSince(t0));
   }
@@ -132,7 +142,7 @@ Row RunConfig(GpuExec& ex, CudaBackend& be, const Flags& flags,
 
   // One more step, output and weight gradients hashed.
   ex.set_capture(true);
-  RunPipelineStep(ex, *off, s);
+  RunPipelineSchedule(ex, *off, s, schedule);
   Cuda(cudaDeviceSynchronize(), "sync");
   ex.set_capture(false);
   row.hashes = ex.Hashes();
@@ -167,6 +177,9 @@ int Main(int argc, char** argv) {
     Die("--steps must be >= 1 and --warmup >= 2 (the first step is the "
         "engine's warm-up)");
   }
+  if (flags.pp < 1 || flags.microbatches < 1) {
+    Die("--pp and --microbatches must be >= 1");
+  }
   const Shape& s = flags.shape;
   std::unique_ptr<CudaBackend> be =
       Must(NewCudaBackend(CudaOptions{}), "NewCudaBackend");
@@ -174,11 +187,11 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop{};
   Cuda(cudaGetDeviceProperties(&prop, be->device()), "props");
   const double saved_per_layer = double(s.tokens * s.hidden * 2) * 10;
-  std::printf("# %s, PipelineOffloader (one chunk, pipeline rank 0), hidden "
-              "%lld, %lld tokens, %d layers, %.0f MiB saved per layer in 5 "
-              "groups\n",
-              prop.name, (long long)s.hidden, (long long)s.tokens, s.layers,
-              saved_per_layer / (1 << 20));
+  std::printf("# %s, PipelineOffloader (pipeline rank 0 of %d, 1F1B over %d "
+              "microbatch(es), one chunk each), hidden %lld, %lld tokens, %d "
+              "layers, %.0f MiB saved per layer in 5 groups\n",
+              prop.name, flags.pp, flags.microbatches, (long long)s.hidden,
+              (long long)s.tokens, s.layers, saved_per_layer / (1 << 20));
   std::printf("# %d warm-up steps (the first is the engine's warm-up), %d "
               "timed steps (median of host wall time between device syncs)\n",
               flags.warmup, flags.steps);

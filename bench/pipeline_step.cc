@@ -1,6 +1,7 @@
 #include "bench/pipeline_step.h"
 
 #include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "bench/bench_util.h"
 #include "engine/status.h"
+#include "workload/pipeline_driver.h"
 
 namespace offload::bench {
 namespace {
@@ -26,7 +28,15 @@ std::string Where(int layer, int g, const char* call) {
 
 }  // namespace
 
-StepCost RunPipelineStep(Exec& ex, PipelineOffloader& off, const Shape& s) {
+std::vector<PipelineStep> OneFOneB(int pp, int microbatches) {
+  PipelineSpec spec;
+  spec.pp = pp;
+  spec.microbatches = microbatches;
+  return RankSchedule(spec, /*rank=*/0);
+}
+
+StepCost RunPipelineSchedule(Exec& ex, PipelineOffloader& off, const Shape& s,
+                             const std::vector<PipelineStep>& schedule) {
   Backend& be = ex.backend();
   const int64_t T = s.tokens, H = s.hidden;
   StepCost cost;
@@ -36,68 +46,87 @@ StepCost RunPipelineStep(Exec& ex, PipelineOffloader& off, const Shape& s) {
     cost.engine_host_ns += NsSince(t0);
     return r;
   };
-  std::vector<std::array<SavedTensor, kPipelineGroups>> saved(s.layers);
+  // The handles of each chunk whose forward ran and backward has not.
+  std::map<int, std::vector<std::array<SavedTensor, kPipelineGroups>>> saved;
 
-  // --- Forward: one chunk of s.layers layers.
-  Must(timed([&] { return off.StartChunk(0, 0); }), "StartChunk(0, 0)");
-  Tensor x = NewActivation(be, T, H, "x0");
-  ex.FillInput(x);
-  for (int i = 0; i < s.layers; ++i) {
-    for (int g = 0; g < kPipelineGroups; ++g) {
-      const char* name = kPipelineGroupNames[g];
-      Must(timed([&] { return off.GroupStart(name); }),
-           Where(i, g, "GroupStart").c_str());
-      saved[i][g] = Must(timed([&] { return off.Push(x); }),
-                         Where(i, g, "Push").c_str());
-      cost.pushes += 1;
-      Tensor y = NewActivation(be, T, kOut[g] * H, kOutNames[g]);
-      ex.Run(g, i,
-             {false, false, T, kOut[g] * H, kIn[g] * H, Ptr(x), ex.weight(g),
-              Ptr(y)},
-             {&x}, &y);
-      Must(timed([&] { return off.GroupCommit(name); }),
-           Where(i, g, "GroupCommit").c_str());
-      x = std::move(y);  // drops the driver's reference to the group's input
+  auto forward = [&](const ChunkId& chunk) {
+    std::vector<std::array<SavedTensor, kPipelineGroups>>& handles =
+        saved[chunk.microbatch];
+    handles.resize(s.layers);
+    Must(timed([&] { return off.StartChunk(chunk.stage, chunk.microbatch); }),
+         ("StartChunk " + chunk.ToString()).c_str());
+    Tensor x = NewActivation(be, T, H, "x0");
+    ex.FillInput(x);
+    for (int i = 0; i < s.layers; ++i) {
+      for (int g = 0; g < kPipelineGroups; ++g) {
+        const char* name = kPipelineGroupNames[g];
+        Must(timed([&] { return off.GroupStart(name); }),
+             Where(i, g, "GroupStart").c_str());
+        handles[i][g] = Must(timed([&] { return off.Push(x); }),
+                             Where(i, g, "Push").c_str());
+        cost.pushes += 1;
+        Tensor y = NewActivation(be, T, kOut[g] * H, kOutNames[g]);
+        ex.Run(g, i,
+               {false, false, T, kOut[g] * H, kIn[g] * H, Ptr(x),
+                ex.weight(g), Ptr(y)},
+               {&x}, &y);
+        Must(timed([&] { return off.GroupCommit(name); }),
+             Where(i, g, "GroupCommit").c_str());
+        x = std::move(y);  // drops the driver's reference to the group's input
+      }
     }
-  }
-  ex.Output(x);
-  x = Tensor();
+    ex.Output(x);
+  };
 
-  // --- Backward.
-  Must(timed([&] { return off.StartChunkBackward(0, 0); }),
-       "StartChunkBackward(0, 0)");
-  void* dy = ex.work(0);
-  for (int i = s.layers - 1; i >= 0; --i) {
-    void* dx = ex.work(i % 2 ? 1 : 2);
-    // Gradient of group g's output (read) and of its input (written):
-    // dqkv, dattn, d_o, du, dy and dx, dqkv, dattn, d_o, du.
-    void* dout[kPipelineGroups] = {ex.work(6), ex.work(5), ex.work(4),
-                                   ex.work(3), dy};
-    void* din[kPipelineGroups] = {dx, ex.work(6), ex.work(5), ex.work(4),
-                                  ex.work(3)};
-    for (int g = kPipelineGroups - 1; g >= 0; --g) {
-      const char* name = kPipelineGroupNames[g];
-      const int back = 5 + 2 * (kPipelineGroups - 1 - g);  // kGemmNames
-      Must(timed([&] { return off.GroupBackwardStart(name); }),
-           Where(i, g, "GroupBackwardStart").c_str());
-      Tensor in = Must(timed([&] { return off.Pop(saved[i][g]); }),
-                       Where(i, g, "Pop").c_str());
-      // d_in = d_out · W^T: [T, out] x [out, in].
-      ex.Run(back, i,
-             {false, true, T, kIn[g] * H, kOut[g] * H, dout[g], ex.weight(g),
-              din[g]},
-             {}, nullptr);
-      // dW = in^T · d_out: [in, T] x [T, out]; reads the popped tensor.
-      ex.Run(back + 1, i,
-             {true, false, kIn[g] * H, kOut[g] * H, T, Ptr(in), dout[g],
-              ex.grad(i, g)},
-             {&in}, nullptr);
-      in = Tensor();
-      saved[i][g] = SavedTensor();  // as autograd: the handle goes too
-      Must(timed([&] { return off.GroupBackwardEnd(name); }),
-           Where(i, g, "GroupBackwardEnd").c_str());
+  auto backward = [&](const ChunkId& chunk) {
+    std::vector<std::array<SavedTensor, kPipelineGroups>>& handles =
+        saved[chunk.microbatch];
+    Must(timed([&] {
+           return off.StartChunkBackward(chunk.stage, chunk.microbatch);
+         }),
+         ("StartChunkBackward " + chunk.ToString()).c_str());
+    void* dy = ex.work(0);
+    for (int i = s.layers - 1; i >= 0; --i) {
+      void* dx = ex.work(i % 2 ? 1 : 2);
+      // Gradient of group g's output (read) and of its input (written):
+      // dqkv, dattn, d_o, du, dy and dx, dqkv, dattn, d_o, du.
+      void* dout[kPipelineGroups] = {ex.work(6), ex.work(5), ex.work(4),
+                                     ex.work(3), dy};
+      void* din[kPipelineGroups] = {dx, ex.work(6), ex.work(5), ex.work(4),
+                                    ex.work(3)};
+      for (int g = kPipelineGroups - 1; g >= 0; --g) {
+        const char* name = kPipelineGroupNames[g];
+        const int back = 5 + 2 * (kPipelineGroups - 1 - g);  // kGemmNames
+        Must(timed([&] { return off.GroupBackwardStart(name); }),
+             Where(i, g, "GroupBackwardStart").c_str());
+        Tensor in = Must(timed([&] { return off.Pop(handles[i][g]); }),
+                         Where(i, g, "Pop").c_str());
+        // d_in = d_out · W^T: [T, out] x [out, in].
+        ex.Run(back, i,
+               {false, true, T, kIn[g] * H, kOut[g] * H, dout[g], ex.weight(g),
+                din[g]},
+               {}, nullptr);
+        // dW = in^T · d_out: [in, T] x [T, out]; reads the popped tensor.
+        ex.Run(back + 1, i,
+               {true, false, kIn[g] * H, kOut[g] * H, T, Ptr(in), dout[g],
+                ex.grad(i, g)},
+               {&in}, nullptr);
+        in = Tensor();
+        handles[i][g] = SavedTensor();  // as autograd: the handle goes too
+        Must(timed([&] { return off.GroupBackwardEnd(name); }),
+             Where(i, g, "GroupBackwardEnd").c_str());
+      }
+      dy = dx;
     }
-    dy = dx;
+    saved.erase(chunk.microbatch);
+  };
+
+  for (const PipelineStep& step : schedule) {
+    if (step.forward) {
+      forward(step.chunk);
+    } else {
+      backward(step.chunk);
+    }
   }
   Must(timed([&] { return off.FinishIteration(); }), "FinishIteration");
   return cost;

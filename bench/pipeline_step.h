@@ -21,12 +21,22 @@
 // GroupBackwardStart(name), Pop, the module's input-gradient GEMM and its
 // weight-gradient GEMM (which reads the popped tensor), GroupBackwardEnd(name).
 // Then FinishIteration(). The first step is the engine's warm-up.
+//
+// RunPipelineSchedule runs several microbatches, each a chunk (stage 0,
+// microbatch m) of the same layers on the same input, in the order of a
+// pipeline rank's schedule (OneFOneB: rank 0 of `pp` ranks, Megatron's
+// 1F1B, e.g. F0 F1 B0 F2 B1 F3 B2 B3 for pp = 2 and 4 microbatches), then
+// FinishIteration(). Weight gradients are overwritten, not accumulated, by
+// each microbatch's backward (the same on every configuration).
 
 #ifndef OFFLOAD_BENCH_PIPELINE_STEP_H_
 #define OFFLOAD_BENCH_PIPELINE_STEP_H_
 
+#include <vector>
+
 #include "bench/layer_stack.h"
 #include "engine/pipeline_offload.h"
+#include "workload/pipeline_driver.h"
 
 namespace offload::bench {
 
@@ -35,11 +45,19 @@ inline constexpr int kPipelineGroups = 5;
 inline constexpr const char* kPipelineGroupNames[kPipelineGroups] = {
     "qkv_linear", "core_attn", "attn_proj", "expert_fc1", "moe_act"};
 
-// One step (forward over all layers, then backward) through `off`, on `ex`.
-// Fills engine_host_ns (wall time inside PipelineOffloader calls) and pushes;
-// the per-call arrays of StepCost stay zero. Dies on any engine error, with
-// the layer, the group and the call in the message.
-StepCost RunPipelineStep(Exec& ex, PipelineOffloader& off, const Shape& s);
+// The steps of pipeline rank 0 of `pp` ranks over `microbatches` (1F1B, one
+// virtual stage). REQUIRES: pp >= 1, microbatches >= 1.
+std::vector<PipelineStep> OneFOneB(int pp, int microbatches);
+
+// One iteration of `schedule` (forward and backward steps of chunks of
+// stage 0) through `off`, on `ex`; OneFOneB(1, 1) is one step of one chunk
+// (forward over all layers, then backward). Fills engine_host_ns (wall time
+// inside PipelineOffloader calls) and pushes; the per-call arrays of
+// StepCost stay zero. Dies on any engine error, with the layer, the group
+// and the call in the message. REQUIRES: each chunk's forward comes before its
+// backward, and microbatches are distinct.
+StepCost RunPipelineSchedule(Exec& ex, PipelineOffloader& off, const Shape& s,
+                             const std::vector<PipelineStep>& schedule);
 
 }  // namespace offload::bench
 
