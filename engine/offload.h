@@ -113,7 +113,12 @@ class Offloader {
   // Errors: kInvalidArgument for a handle of another Offloader or iteration,
   //   or a composite passed to Pop (use PopComposite) and vice versa;
   //   kFailedPrecondition if the group's device memory was released and its
-  //   reload never started, or the group was already released.
+  //   reload never started, or the group was already released. A refused
+  //   handle changes nothing. With a byte budget, Pop first runs the frees
+  //   and reloads the plan puts at this call; if the pop itself then fails
+  //   (an ordering call or an allocation), those stay done — they are the
+  //   plan's, and the retry does not repeat them — and nothing else changed
+  //   (props/budget_fault_props_test).
   StatusOr<Tensor> Pop(const SavedTensor& saved);
   StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
 
