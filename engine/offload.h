@@ -88,6 +88,9 @@ class Offloader {
   //   the layer's backward has not begun and the host copy is kept; the
   //   step's releases (the previous backward layer's memory, and layers due
   //   now), which only free memory, have happened. Call again to retry.
+  //   kInvalidArgument when the last forward layer, which this call
+  //   closes, hit SPEC §3.5's retain rule (as ForwardStep): that layer
+  //   stays on device; the backward has not begun; call again to go on.
   Status BackwardStep(int layer);
 
   // After a backward pass: releases the last backward layer's memory and
