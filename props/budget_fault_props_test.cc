@@ -20,7 +20,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
@@ -99,13 +98,7 @@ auto RetryChecked(const std::string& what, const Offloader& off, int layers,
   std::vector<Snapshot> failed;
   auto result = Retry(what, [&] {
     auto r = call();
-    Status status;
-    if constexpr (std::is_same_v<decltype(r), Status>) {
-      status = r;
-    } else {
-      status = r.status();
-    }
-    if (!status.ok()) failed.push_back(Take(off, layers));
+    if (!StatusOf(r).ok()) failed.push_back(Take(off, layers));
     return r;
   });
   const Snapshot done = Take(off, layers);

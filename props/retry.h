@@ -4,7 +4,6 @@
 #define OFFLOAD_PROPS_RETRY_H_
 
 #include <string>
-#include <type_traits>
 
 #include "engine/status.h"
 #include "rapidcheck.h"
@@ -18,6 +17,13 @@ inline bool Injected(const Status& status) {
          status.code() == StatusCode::kInternal;
 }
 
+// The status of a call's result, a Status or a StatusOr.
+inline Status StatusOf(const Status& status) { return status; }
+template <typename T>
+Status StatusOf(const StatusOr<T>& result) {
+  return result.status();
+}
+
 // Retries `call` (a Status- or StatusOr-returning callable) while it fails
 // with an injected-looking error; fails the property on any other error, an
 // error without a message, or when 64 retries do not get past it. Returns
@@ -26,12 +32,7 @@ template <typename Call>
 auto Retry(const std::string& what, Call call) {
   for (int attempt = 0;; ++attempt) {
     auto result = call();
-    Status status;
-    if constexpr (std::is_same_v<decltype(result), Status>) {
-      status = result;
-    } else {
-      status = result.status();
-    }
+    const Status status = StatusOf(result);
     if (status.ok()) return result;
     if (!Injected(status)) RC_FAIL(what + ": unexpected " + status.ToString());
     if (status.message().empty()) RC_FAIL(what + ": error without a message");
