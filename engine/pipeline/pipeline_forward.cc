@@ -265,28 +265,13 @@ std::vector<const Storage*> PipelinePolicy::ForcedReleases(
                  "memory is not released");
       continue;
     }
-    bool needed = false;
-    for (int open : chunks_[slots_[slot].chunk].open) {
-      needed = needed || slots_[open].group->References(storage);
-    }
-    for (const Delayed& queued : delayed_) {  // not issued yet
-      needed = needed || slots_[queued.slot].group->References(storage);
-    }
-    if (needed) {
-      core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
-                 tensor.Describe() + " is still to be copied by an open "
-                 "group; its memory is not released yet");
-      continue;
-    }
-    // Another live handle still reads it (issue 21): a kept handle, an
-    // entry of a group on device, or one of this group's entries left on
-    // device. Then the group holds it as if the caller did: freed once
-    // nobody holds it, never under a handle.
+    // Someone else still needs it (§5.8h, issue 21): then the group holds
+    // it as if the caller did — freed once nobody holds it, never under a
+    // copy still to come or a handle that reads it.
     const std::string holder = OtherHolder(slot, storage);
     if (!holder.empty()) {
       core_.Warn("GroupCommit of " + SlotName(slot) + ": release tensor " +
-                 tensor.Describe() + " is not released: another handle "
-                 "still reads it (" + holder + ")");
+                 tensor.Describe() + " is not released yet: " + holder);
       continue;
     }
     force.push_back(storage);
@@ -296,15 +281,30 @@ std::vector<const Storage*> PipelinePolicy::ForcedReleases(
 
 std::string PipelinePolicy::OtherHolder(int slot,
                                         const Storage* storage) const {
+  for (int open : chunks_[slots_[slot].chunk].open) {
+    if (slots_[open].group->References(storage)) {
+      return "the open group " + SlotName(open) + " has still to copy it";
+    }
+  }
+  for (const Delayed& queued : delayed_) {  // not issued yet
+    if (slots_[queued.slot].group->References(storage)) {
+      return "the delayed offload of " + SlotName(queued.slot) +
+             " has still to copy it";
+    }
+  }
   for (const std::weak_ptr<Storage>& kept : kept_storages_) {
-    if (kept.lock().get() == storage) return "a tensor kept on device";
+    if (kept.lock().get() == storage) {
+      return "another handle still reads it (a tensor kept on device)";
+    }
   }
   if (slots_[slot].group->LeavesOnDevice(storage)) {
-    return "a view of this group left on device";
+    return "another handle still reads it (a view of this group left on "
+           "device)";
   }
   for (int other = 0; other < next_slot_; ++other) {
     if (other != slot && slots_[other].group->References(storage)) {
-      return "a tensor of " + SlotName(other) + " on device";
+      return "another handle still reads it (a tensor of " +
+             SlotName(other) + " on device)";
     }
   }
   return "";

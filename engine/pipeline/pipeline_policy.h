@@ -143,9 +143,10 @@ class PipelinePolicy {
   // The storages of `release` that `slot` may free (§5.1, §5.8h).
   std::vector<const Storage*> ForcedReleases(
       int slot, const std::vector<Tensor>& release);
-  // Who else still reads `storage` this iteration (a kept handle, another
-  // group's tensor on device, a view of `slot` left on device), for a
-  // message; empty when nobody.
+  // Why `slot` may not free `storage` yet, for a message: an open or
+  // delayed group has still to copy it, or another live handle of this
+  // iteration reads it (a kept handle, another group's tensor on device, a
+  // view of `slot` left on device); empty when nothing stops it.
   std::string OtherHolder(int slot, const Storage* storage) const;
   // Freezes the plan after warm-up.
   void Freeze();
