@@ -182,7 +182,7 @@ Status PipelinePolicy::CheckNotCapturing(
       "Launch); nothing changed");
 }
 
-SavedTensor PipelinePolicy::Keep(const Tensor& tensor, int slot) {
+SavedTensor PipelinePolicy::KeptHandle(const Tensor& tensor, int slot) {
   if (tensor.storage != nullptr &&
       (kept_storages_.empty() ||
        kept_storages_.back().lock() != tensor.storage)) {
@@ -195,7 +195,7 @@ StatusOr<SavedTensor> PipelinePolicy::PushOne(const Tensor& tensor,
                                                        int slot) {
   if (NeverOffloaded(tensor, options_.min_offload_elements)) {
     ++core_.stats().tensors_kept;
-    return Keep(tensor, slot);
+    return KeptHandle(tensor, slot);
   }
   int index = -1;
   if (options_.delay_offload && tensor.ready == nullptr) {
@@ -221,10 +221,10 @@ StatusOr<SavedTensor> PipelinePolicy::PushOne(const Tensor& tensor,
 StatusOr<SavedTensor> PipelinePolicy::Push(const Tensor& tensor) {
   if (!options_.enabled || forward_chunk_ < 0 ||
       chunks_[forward_chunk_].open.empty()) {
-    return Keep(tensor, -1);
+    return KeptHandle(tensor, -1);
   }
   const int slot = chunks_[forward_chunk_].open.back();
-  if (!slots_[slot].offload) return Keep(tensor, slot);  // §4.4
+  if (!slots_[slot].offload) return KeptHandle(tensor, slot);  // §4.4
   OFFLOAD_RETURN_IF_ERROR(CheckNotCapturing(slot, "Push"));
   OFFLOAD_RETURN_IF_ERROR(
       CheckOffloadable(tensor, core_.backend(), options_.min_offload_elements,

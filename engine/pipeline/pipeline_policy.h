@@ -131,7 +131,7 @@ class PipelinePolicy {
   StatusOr<SavedTensor> PushOne(const Tensor& tensor, int slot);
   // A handle that keeps `tensor` as is; its storage is remembered for the
   // iteration (a forced release must not free it under the handle).
-  SavedTensor Keep(const Tensor& tensor, int slot);
+  SavedTensor KeptHandle(const Tensor& tensor, int slot);
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
   // Offloads `slot`'s group and releases its memory after the copies.
