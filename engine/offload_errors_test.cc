@@ -650,6 +650,9 @@ TEST_F(RetainTest, ShapeChangeBetweenIterationsIsAnErrorThatDoesNotStick) {
                              HasSubstr("shapes"))));
   EXPECT_EQ(offloader->state(0), GroupState::kKeptOnDevice);
   EXPECT_EQ(offloader->stats().pinned_allocations, 1);
+  // No layer is open until the retry (offload.h's ForwardStep).
+  ASSERT_OK_AND_ASSIGN(Tensor late, Produce(*sim_, DType::kF32, {16}, 1));
+  EXPECT_THAT(offloader->Push(late), StatusIs(StatusCode::kFailedPrecondition));
   // The retry does what is left: layer 1 starts.
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(1));
   ASSERT_THAT(offloader->ForwardStep(), IsOkAndHolds(2));

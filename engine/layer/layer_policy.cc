@@ -23,7 +23,12 @@ Status LayerPolicy::CloseForward() {
     if (warmup_) {
       RecordWarmupNeeds(open_layer_);
     } else {
-      OFFLOAD_RETURN_IF_ERROR(group.StartOffload(retain_pinned_));
+      Status started = group.StartOffload(retain_pinned_);
+      if (!started.ok()) {
+        // A refused retained shape (SPEC §3.5) kept it on device: closed.
+        if (group.state() == GroupState::kKeptOnDevice) open_layer_ = -1;
+        return started;
+      }
       CheckCapturedOffload(open_layer_);
     }
   }
