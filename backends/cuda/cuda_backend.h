@@ -117,6 +117,24 @@
 
 namespace offload {
 
+// Where a CudaBackend's device memory comes from when it is not the
+// backend's own pool: a framework's allocator (PyTorch's caching allocator,
+// python/actoffload), so that the framework's memory statistics count the
+// engine's reloads. Not owned by the backend; must outlive it.
+class CudaDeviceAllocator {
+ public:
+  virtual ~CudaDeviceAllocator() = default;
+  // Returns `bytes` (> 0) of device memory that work enqueued on `stream`
+  // after this call may use. Errors: kResourceExhausted when the allocator
+  // has no room; kInternal for other failures.
+  virtual StatusOr<void*> Allocate(int64_t bytes, cudaStream_t stream) = 0;
+  // Gives back memory from Allocate: it may be reused only by work ordered
+  // after everything enqueued on `stream` so far (PyTorch: record_stream on
+  // `stream`, then the free). Errors: kInvalidArgument for memory this
+  // allocator did not hand out (nothing changes).
+  virtual Status Free(void* data, cudaStream_t stream) = 0;
+};
+
 struct CudaOptions {
   // The CUDA device ordinal.
   int device = 0;
@@ -137,7 +155,13 @@ struct CudaOptions {
   bool check_copy_ranges = true;
   // If set, ComputeStream() wraps this stream (not owned, not destroyed; it
   // must outlive the backend) instead of creating one.
+  // The legacy default stream (PyTorch's default) is cudaStreamLegacy.
   cudaStream_t compute_stream = nullptr;
+  // If set, device memory comes from this allocator instead of the
+  // backend's stream-ordered pool. AllocateDevice on a capturing stream is
+  // then kFailedPrecondition (graph memory needs the pool), and the pool
+  // figures of stats() and Trim() concern the unused pool only.
+  CudaDeviceAllocator* device_allocator = nullptr;
 };
 
 // Counters for tests and benchmarks. Device pool figures come from

@@ -152,6 +152,63 @@ TEST(CudaBackendTest, ComputeStreamCanWrapACallersStream) {
   ASSERT_CUDA(cudaStreamDestroy(mine));
 }
 
+// A framework's allocator (CudaOptions::device_allocator) serves every
+// device allocation and free, with the stream each is ordered on; the
+// backend's pool serves none.
+class RecordingAllocator final : public CudaDeviceAllocator {
+ public:
+  StatusOr<void*> Allocate(int64_t bytes, cudaStream_t stream) override {
+    void* data = nullptr;
+    if (cudaMallocAsync(&data, static_cast<size_t>(bytes), stream) !=
+        cudaSuccess) {
+      return ResourceExhaustedError("RecordingAllocator");
+    }
+    allocations.push_back({data, stream});
+    return data;
+  }
+  Status Free(void* data, cudaStream_t stream) override {
+    if (cudaFreeAsync(data, stream) != cudaSuccess) {
+      return InternalError("RecordingAllocator: cudaFreeAsync");
+    }
+    frees.push_back({data, stream});
+    return OkStatus();
+  }
+  std::vector<std::pair<void*, cudaStream_t>> allocations, frees;
+};
+
+TEST(CudaBackendTest, DeviceMemoryCanComeFromACallersAllocator) {
+  RecordingAllocator allocator;
+  CudaOptions options;
+  options.device_allocator = &allocator;
+  std::unique_ptr<CudaBackend> backend = MakeBackend(options);
+  ASSERT_NE(backend, nullptr);
+  Stream& compute = backend->ComputeStream();
+  ASSERT_OK_AND_ASSIGN(Stream * copy, backend->NewStream("copy"));
+  ASSERT_OK_AND_ASSIGN(cudaStream_t native_compute,
+                       backend->NativeStream(compute));
+  ASSERT_OK_AND_ASSIGN(cudaStream_t native_copy, backend->NativeStream(*copy));
+  ASSERT_OK_AND_ASSIGN(Buffer src, PinnedPattern(*backend, 64 * kKiB, 9));
+  ASSERT_OK_AND_ASSIGN(Buffer dst, backend->AllocatePinned(64 * kKiB));
+  {
+    ASSERT_OK_AND_ASSIGN(Buffer device,
+                         backend->AllocateDevice(64 * kKiB, compute));
+    ASSERT_EQ(allocator.allocations.size(), 1u);
+    EXPECT_EQ(allocator.allocations[0].first, device.data());
+    EXPECT_EQ(allocator.allocations[0].second, native_compute);
+    ASSERT_OK(compute.Copy(device.data(), src.data(), 64 * kKiB));
+    ASSERT_OK(compute.Copy(dst.data(), device.data(), 64 * kKiB));
+    ASSERT_OK(backend->Free(device, *copy));
+    ASSERT_EQ(allocator.frees.size(), 1u);
+    EXPECT_EQ(allocator.frees[0].second, native_copy);
+  }
+  ASSERT_OK(compute.Synchronize());
+  EXPECT_TRUE(HoldsPattern(dst, 9));
+  ASSERT_OK_AND_ASSIGN(CudaBackendStats stats, backend->stats());
+  EXPECT_EQ(stats.device_allocations, 1);
+  EXPECT_EQ(stats.device_bytes_in_use, 0);
+  EXPECT_EQ(stats.device_pool_used_bytes, 0u);
+}
+
 // A D2H copy on one stream and an H2D copy on another do not wait for each
 // other: with either stream held, the other one completes its copy.
 TEST(CudaBackendHeldStreamTest, D2HAndH2DOnSeparateStreamsBothProgress) {

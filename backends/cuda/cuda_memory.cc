@@ -53,6 +53,23 @@ StatusOr<Buffer> CudaBackend::AllocateDevice(int64_t bytes, Stream& stream) {
   // (cuda_backend.h).
   const uint64_t capture = CaptureOf(own);
   void* data = nullptr;
+  if (options_.device_allocator != nullptr) {
+    if (capture != 0) {
+      return FailedPreconditionError(
+          context() + ": the stream is capturing, and graph memory needs the "
+          "backend's own pool (this backend allocates from a "
+          "CudaDeviceAllocator)");
+    }
+    StatusOr<void*> got =
+        options_.device_allocator->Allocate(bytes, own->stream_);
+    if (!got.ok()) return got.status().WithContext(context());
+    data = *got;
+    std::lock_guard<std::mutex> lock(mu_);
+    device_live_[reinterpret_cast<uintptr_t>(data)] = bytes;
+    ++counters_.device_allocations;
+    counters_.device_bytes_in_use += bytes;
+    return MakeBuffer(data, bytes, MemorySpace::kDevice, &stream);
+  }
   const cudaError_t error = cudaMallocFromPoolAsync(
       &data, static_cast<size_t>(bytes), pool_, own->stream_);
   if (error != cudaSuccess) {
@@ -314,8 +331,13 @@ Status CudaBackend::Release(void* data, int64_t size, MemorySpace space,
       if (skip) return OkStatus();
     }
     OFFLOAD_RETURN_IF_ERROR_WITH(UseDevice(), context());
-    OFFLOAD_CUDA_RETURN_IF_ERROR(cudaFreeAsync(data, own->stream_),
-                                 "cudaFreeAsync", context());
+    if (options_.device_allocator != nullptr) {
+      OFFLOAD_RETURN_IF_ERROR_WITH(
+          options_.device_allocator->Free(data, own->stream_), context());
+    } else {
+      OFFLOAD_CUDA_RETURN_IF_ERROR(cudaFreeAsync(data, own->stream_),
+                                   "cudaFreeAsync", context());
+    }
     std::lock_guard<std::mutex> lock(mu_);
     device_live_.erase(address);
     counters_.device_bytes_in_use -= size;
