@@ -4,7 +4,9 @@
 # GoogleMock, RapidCheck, Google Benchmark, clang with its libFuzzer and
 # sanitizer runtimes (for //fuzz:offload_fuzz_test), nlohmann/json and
 # TinyXML-2 (the timeline tool and its test), GLPK (the linear program of
-# //bench:limit, docs/limit.md). Idempotent: packages already
+# //bench:limit, docs/limit.md), CPU PyTorch with its headers, pybind11,
+# ninja and pytest (//python:python_test builds the PyTorch package with
+# torch.utils.cpp_extension). Idempotent: packages already
 # present are not touched, and nothing is downloaded when all are there.
 set -euo pipefail
 
@@ -20,6 +22,12 @@ packages=(
   nlohmann-json3-dev
   libtinyxml2-dev
   libglpk-dev
+  python3-dev
+  python3-torch
+  libtorch-dev
+  pybind11-dev
+  ninja-build
+  python3-pytest
 )
 
 missing=()

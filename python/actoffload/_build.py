@@ -53,7 +53,7 @@ def extension_args(root=REPO_ROOT, with_cuda=None):
             f"actoffload: the engine's sources are not at {root}/engine; "
             "build from a checkout of the repository (pip install "
             "--no-build-isolation ./python)")
-    flags = ["-std=c++20", "-O2", "-DNDEBUG"]
+    flags = ["-std=c++20", os.environ.get("ACTOFFLOAD_OPT", "-O2"), "-DNDEBUG"]
     if with_cuda:
         flags.append("-DACTOFFLOAD_WITH_CUDA")
     return {

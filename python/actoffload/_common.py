@@ -66,6 +66,23 @@ def _weight_like(tensor):
     return base is not None and base.is_leaf and base.requires_grad
 
 
+def keep(tensor):
+    """What a pack hook returns for a tensor it keeps: the tensor and its
+    version, so that unpack can raise autograd's in-place error (hooks
+    bypass autograd's own check)."""
+    return (tensor, tensor._version)
+
+
+def unkeep(packed):
+    tensor, version = packed
+    if tensor._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been "
+            f"modified by an inplace operation: [{tensor.dtype} {list(tensor.shape)}] "
+            f"is at version {tensor._version}; expected version {version} instead.")
+    return tensor
+
+
 class SavedTensorFilter:
     """The pack/unpack pair in front of an engine front door (`door`, with
     push and pop): tensors the engine would only hand back (parameters,
@@ -83,23 +100,24 @@ class SavedTensorFilter:
     def pack(self, tensor):
         # Parameters (a subclass) and other subclasses stay as they are.
         if type(tensor) is not torch.Tensor or tensor.layout is not torch.strided:
-            return tensor
+            return keep(tensor)
         if tensor.numel() < self.min_elements or _weight_like(tensor):
-            return tensor
+            return keep(tensor)
         if getattr(tensor, "_actoffload_do_not_offload", False):
-            return tensor
+            return keep(tensor)
         if tensor.device != self.device:
             if self.device.type == "cpu" or tensor.device.type == "cpu":
-                return tensor  # not in device memory: never offloaded
+                return keep(tensor)  # not in device memory: never offloaded
             # Another GPU: the engine's error names both devices.
         ready = getattr(tensor, "_actoffload_ready", None)
         offload_base = getattr(tensor, "_actoffload_offload_base", False)
-        return self.door.push(tensor, False, False, offload_base, ready)
+        packed = self.door.push(tensor, False, False, offload_base, ready)
+        return keep(packed) if packed is tensor else packed
 
     def unpack(self, packed):
         if type(packed) is self._handle_type:
-            return self.door.pop(packed)
-        return packed
+            return self.door.pop(packed)  # checks the version itself
+        return unkeep(packed)
 
     def hooks(self):
         return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)

@@ -77,7 +77,7 @@ class CpuOffloadContext:
     # The pack hook: layers the schedule keeps skip the engine (SPEC §4.4).
     def _pack(self, tensor):
         if not self._layer_offloaded:
-            return tensor
+            return _common.keep(tensor)
         ready_wanted = getattr(tensor, "_actoffload_start_offload", False)
         if ready_wanted and getattr(tensor, "_actoffload_ready", None) is None:
             tensor._actoffload_ready = self._session.record_ready()

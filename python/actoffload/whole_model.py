@@ -99,6 +99,7 @@ class OffloadActivations:
         self._filter = _common.SavedTensorFilter(self.session, self.offloader,
                                                  min_offload_size)
         self._whole_forward = self._layers is None
+        self._budget = budget_bytes is not None
         self._pack_into = self._filter.pack
         self._in_layer = False
         self._layer_offloaded = True
@@ -112,7 +113,7 @@ class OffloadActivations:
     # --- hooks ---------------------------------------------------------------
     def _pack(self, tensor):
         if not self._in_layer or not self._layer_offloaded:
-            return tensor
+            return _common.keep(tensor)
         return self._pack_into(tensor)
 
     def _unpack(self, packed):
@@ -127,7 +128,8 @@ class OffloadActivations:
                 raise _common.ext().OffloadError(
                     f"actoffload: layer {index} ran as the engine's layer {layer}; "
                     "the listed layers must run once each, in order")
-            self._layer_offloaded = self.offloader.will_offload(layer)
+            # The byte budget records every push of its first iteration.
+            self._layer_offloaded = self._budget or self.offloader.will_offload(layer)
             self._in_layer = True
         return hook
 

@@ -34,8 +34,31 @@ struct Handle {
   std::shared_ptr<Session> session;  // outlives `saved`
   SavedTensor saved;
   at::ScalarType dtype;
+  // Autograd's check, which saved-tensor hooks bypass: the tensor's version
+  // counter (shared by its views) and its value at the push.
+  c10::VariableVersion version{c10::VariableVersion::DISABLED};
+  uint32_t saved_version = 0;
+  std::vector<int64_t> shape;
   int layer() const { return saved.layer(); }
 };
+
+// autograd's error for a saved tensor modified in place before its use.
+void CheckVersion(const Handle& handle) {
+  if (!handle.version.enabled()) return;
+  const uint32_t now = handle.version.current_version();
+  if (now == handle.saved_version) return;
+  std::string shape;
+  for (int64_t size : handle.shape) {
+    shape += (shape.empty() ? "" : ", ") + std::to_string(size);
+  }
+  throw std::runtime_error(
+      "one of the variables needed for gradient computation has been "
+      "modified by an inplace operation: a saved tensor [" +
+      std::string(c10::toString(handle.dtype)) + " [" + shape +
+      "]] offloaded by actoffload is at version " + std::to_string(now) +
+      "; expected version " + std::to_string(handle.saved_version) +
+      " instead.");
+}
 
 offload::TensorFlags Flags(bool parameter, bool do_not_offload,
                            bool offload_base) {
@@ -76,12 +99,17 @@ py::object PushTensor(Session& session, FrontDoor& door,
       ready == nullptr ? nullptr : ready->event);
   SavedTensor saved = ValueOrThrow(door.Push(engine));
   if (saved.kept() != nullptr) return object;  // handed back untouched
-  return py::cast(Handle{session.shared_from_this(), std::move(saved),
-                         tensor.scalar_type()});
+  Handle handle{session.shared_from_this(), std::move(saved),
+                tensor.scalar_type()};
+  handle.version = torch::autograd::impl::version_counter(tensor);
+  handle.saved_version = handle.version.current_version();
+  handle.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+  return py::cast(std::move(handle));
 }
 
 template <typename FrontDoor>
 at::Tensor PopTensor(Session& session, FrontDoor& door, const Handle& handle) {
+  CheckVersion(handle);
   offload::Tensor popped = ValueOrThrow(door.Pop(handle.saved));
   // The compute stream now waits for the reload; on the simulator, the host
   // runs it there before torch (a CPU op) reads the bytes.

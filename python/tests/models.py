@@ -1,0 +1,61 @@
+"""Small models for the tests: a transformer block in plain PyTorch whose
+attention saves transposed and split views of one qkv storage (the layouts
+that upstream TE cannot offload), and a helper that runs a training step
+and returns the loss and every parameter gradient."""
+
+import torch
+import torch.nn.functional as F
+
+
+class Block(torch.nn.Module):
+    def __init__(self, hidden=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(hidden)
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.proj = torch.nn.Linear(hidden, hidden)
+        self.norm2 = torch.nn.LayerNorm(hidden)
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        qkv = self.qkv(self.norm1(x))
+        # Views of one storage, transposed: (b, heads, s, d), non-contiguous.
+        q, k, v = qkv.view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2)) / (h // self.heads) ** 0.5
+        attn = scores.softmax(-1) @ v
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, h))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, layers=4, hidden=64):
+        super().__init__()
+        self.embed = torch.nn.Linear(hidden, hidden)
+        self.layers = torch.nn.ModuleList(Block(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x, layer_wrapper=None):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x) if layer_wrapper is None else layer_wrapper(layer, x)
+        return self.head(x)
+
+
+def train_step(model, x, forward=None):
+    """loss and [grad of each parameter] of one forward and backward."""
+    for p in model.parameters():
+        p.grad = None
+    out = model(x) if forward is None else forward(model, x)
+    loss = (out.float() ** 2).mean()
+    loss.backward()
+    return loss.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+
+def assert_identical(reference, got):
+    loss, grads = reference
+    assert torch.equal(loss, got[0]), (loss, got[0])
+    assert len(grads) == len(got[1])
+    for i, (a, b) in enumerate(zip(grads, got[1])):
+        assert torch.equal(a, b), f"gradient {i} differs"
