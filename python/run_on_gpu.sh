@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The package's GPU suite, one command on the GPU machine (run from the
+# repository root; needs PyTorch with CUDA, a compiler and ninja there):
+#   bash python/run_on_gpu.sh [OUT_DIR]
+# Builds the extension with CUDA, runs pytest over python/tests (the GPU
+# tests and the simulator's), compute-sanitizer memcheck on a small model,
+# and the demo table for Llama, GPT-2 and Qwen2-MoE with SDPA and eager
+# attention. Outputs go to OUT_DIR (default $OUT, else python/gpu_results).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-${OUT:-python/gpu_results}}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export ACTOFFLOAD_BUILD_DIR="${ACTOFFLOAD_BUILD_DIR:-$PWD/python/build}"
+export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+export CUBLAS_WORKSPACE_CONFIG=:4096:8
+status=0
+step() {  # name, command...
+  local name=$1; shift
+  echo "== $name: $*" | tee -a "$out/summary.txt"
+  local start=$SECONDS
+  "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  echo "   rc=$rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+  tail -n 3 "$out/$name.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
+  [[ $rc -eq 0 ]] || status=1
+}
+step build python3 -c "import actoffload._common as c; m = c.ext(); print(m, 'cuda', m.with_cuda)"
+step pytest python3 -m pytest -q -rs -p no:cacheprovider python/tests
+step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 python/tests/sanitizer_model.py
+for model in ${MODELS:-llama gpt2 moe}; do
+  for attn in sdpa eager; do
+    step "demo-$model-$attn" python3 -m actoffload.demo --model "$model" --attn "$attn" ${DEMO_ARGS:-}
+  done
+done
+exit $status

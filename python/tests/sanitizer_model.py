@@ -1,0 +1,42 @@
+"""A small model trained for two steps through each front door on the GPU,
+for compute-sanitizer (python/run_on_gpu.sh)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+import actoffload  # noqa: E402
+from models import Stack, train_step  # noqa: E402
+
+model = Stack(layers=4, hidden=256).cuda()
+x = torch.randn(2, 256, 256, device="cuda")
+ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=4,
+                                               min_offload_size=1024)
+
+
+def te(model, x):
+    def wrapped(layer, h):
+        with ctx:
+            h = layer(h)
+        return sync(h)
+    return model(x, layer_wrapper=wrapped)
+
+
+whole = actoffload.OffloadActivations(model, budget_bytes=4 << 20, min_offload_size=1024)
+
+
+def budget(model, x):
+    with whole:
+        return model(x)
+
+
+for _ in range(2):
+    train_step(model, x, te)
+for _ in range(3):
+    train_step(model, x, budget)
+torch.cuda.synchronize()
+print("sanitizer model: done", ctx.offloader.stats()["bytes_offloaded"],
+      whole.offloader.stats()["bytes_offloaded"])

@@ -1,0 +1,92 @@
+"""The package on a real GPU (skipped without CUDA): PyTorch's current
+stream and caching allocator, bit-identical steps, lower peak memory, and
+memory back to baseline. The Hugging Face models are in actoffload.demo."""
+
+import gc
+
+import pytest
+import torch
+
+import actoffload
+from models import Stack, assert_identical, train_step
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason="needs a CUDA GPU")
+MIN = 1024
+
+
+def te_forward(ctx, sync):
+    def forward(model, x):
+        def wrapped(layer, h):
+            with ctx:
+                h = layer(h)
+            return sync(h)
+        return model(x, layer_wrapper=wrapped)
+    return forward
+
+
+def peak_of(step):
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = step()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - base
+
+
+def test_te_drop_in_is_bit_identical_and_lowers_the_peak():
+    model = Stack(layers=6, hidden=512).cuda()
+    x = torch.randn(4, 512, 512, device="cuda")
+    reference, peak_none = peak_of(lambda: train_step(model, x))
+    ctx, sync = actoffload.get_cpu_offload_context(
+        True, num_layers=4, model_layers=6, min_offload_size=MIN, backend="cuda")
+    for _ in range(3):
+        got, peak = peak_of(lambda: train_step(model, x, te_forward(ctx, sync)))
+        assert_identical(reference, got)
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+    assert peak < 0.8 * peak_none, (peak, peak_none)
+
+
+def test_byte_budget_on_cuda_is_bit_identical():
+    model = Stack(layers=6, hidden=512).cuda()
+    x = torch.randn(4, 512, 512, device="cuda")
+    reference = train_step(model, x)
+
+    def forward(ctx):
+        def run(model, x):
+            with ctx:
+                return model(x)
+        return run
+    ctx = actoffload.OffloadActivations(model, budget_bytes=64 << 20,
+                                        min_offload_size=MIN, backend="cuda")
+    for _ in range(3):
+        assert_identical(reference, train_step(model, x, forward(ctx)))
+    assert ctx.offloader.stats()["bytes_reloaded"] > 0
+
+
+def test_memory_returns_to_baseline():
+    model = Stack(layers=4, hidden=512).cuda()
+    x = torch.randn(4, 512, 512, device="cuda")
+    train_step(model, x)
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    ctx, sync = actoffload.get_cpu_offload_context(
+        True, num_layers=2, model_layers=4, min_offload_size=MIN, backend="cuda")
+    train_step(model, x, te_forward(ctx, sync))
+    for p in model.parameters():
+        p.grad = None
+    del ctx, sync
+    gc.collect()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == base
+
+
+def test_another_current_stream_is_refused():
+    ctx, sync = actoffload.get_cpu_offload_context(
+        True, num_layers=1, model_layers=2, backend="cuda")
+    with torch.cuda.stream(torch.cuda.Stream()):
+        with pytest.raises(actoffload.OffloadError, match="current CUDA stream"):
+            with ctx:
+                pass
