@@ -60,7 +60,9 @@ def te_hooks(model, ctx, sync):
     forward inside the context, its output through sync_function."""
     handles = []
     for layer in decoder_layers(model):
-        handles.append(layer.register_forward_pre_hook(lambda m, a: ctx.__enter__()))
+        def pre(m, a):
+            ctx.__enter__()  # a pre-hook returning a value would replace the args
+        handles.append(layer.register_forward_pre_hook(pre))
 
         def post(m, a, out):
             ctx.__exit__(None, None, None)
