@@ -183,6 +183,7 @@ def main(argv=None):
           f"torch {torch.__version__}")
 
     rows = []
+    notes = []
     reference = run_mode(model, ids, contextlib.nullcontext, args.steps, 1)
     again = run_mode(model, ids, contextlib.nullcontext, args.steps, 0)
     rows.append(("no offload", reference))
@@ -199,6 +200,12 @@ def main(argv=None):
         ctx = actoffload.OffloadActivations(model, budget_bytes=budget)
         rows.append((f"byte budget {budget >> 20} MiB (~k={k})",
                      run_mode(model, ids, lambda: ctx, args.steps, 2)))
+        stats = ctx.offloader.stats()
+        notes.append(f"# byte budget {budget >> 20} MiB: {stats['bytes_offloaded'] >> 20} MiB "
+                     f"offloaded in all, {stats['bytes_retained_by_caller'] >> 20} MiB of it "
+                     f"held by the caller; {len(ctx.offloader.warnings())} warnings"
+                     + (f"; first: {ctx.offloader.warnings()[0][:300]}"
+                        if ctx.offloader.warnings() else ""))
     rows.append(("save_on_cpu(pin_memory)",
                  run_mode(model, ids, lambda: torch.autograd.graph.save_on_cpu(pin_memory=True),
                           args.steps, 1)))
@@ -211,6 +218,8 @@ def main(argv=None):
             f"loss {'same' if same_loss else 'DIFFERS'}, max|dgrad| {diff:.3g}")
         print(f"{name:34s} {r['peak'] / 2**20:9.0f} {r['peak'] / reference['peak']:6.2f} "
               f"{r['time'] * 1e3:8.1f} {r['time'] / reference['time']:7.3f}  {ident}")
+    for note in notes:
+        print(note)
     print(f"# run-to-run spread of no offloading: max|dgrad| {spread:.3g}")
     print(f"# host cost per offloaded tensor (push+pop+steps, hooks included): "
           f"{host_cost_us():.2f} us")
