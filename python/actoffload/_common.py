@@ -140,3 +140,21 @@ def check_stream(session):
 def queue_after_backward(callback):
     """Runs `callback` once the running backward pass has finished."""
     torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+class BackwardStepAt(torch.autograd.Function):
+    """Identity on a layer's output; its backward calls
+    owner._backward_step(layer): the gradient reaching the output means the
+    layer's backward begins (TE's sync function, OffloadActivations' layer
+    ends)."""
+
+    @staticmethod
+    def forward(ctx, tensor, owner, layer):
+        ctx.owner = owner
+        ctx.layer = layer
+        return tensor
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.owner._backward_step(ctx.layer)
+        return grad, None, None

@@ -43,21 +43,6 @@ def start_offload(*tensors, offload_base_tensor=False):
             tensor._actoffload_offload_base = True
 
 
-class _SyncFunction(torch.autograd.Function):
-    """Identity; its backward begins `layer`'s backward in the engine."""
-
-    @staticmethod
-    def forward(ctx, tensor, context, layer):
-        ctx.context = context
-        ctx.layer = layer
-        return tensor
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.context._backward_step(ctx.layer)
-        return grad, None, None
-
-
 class CpuOffloadContext:
     """The context manager get_cpu_offload_context returns: one layer's
     forward per `with`."""
@@ -118,7 +103,7 @@ class CpuOffloadContext:
         self._awaiting_sync = False
         if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
             return tensor
-        return _SyncFunction.apply(tensor, self, self._layer)
+        return _common.BackwardStepAt.apply(tensor, self, self._layer)
 
     def _backward_step(self, layer):
         self._core.backward_step(layer)

@@ -34,21 +34,6 @@ def find_layers(model):
     return list(best)
 
 
-class _LayerEnd(torch.autograd.Function):
-    """Identity on a layer's output; its backward begins the layer's."""
-
-    @staticmethod
-    def forward(ctx, tensor, owner, layer):
-        ctx.owner = owner
-        ctx.layer = layer
-        return tensor
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.owner._backward_step(ctx.layer)
-        return grad, None, None
-
-
 def _map_first_tensor(output, fn):
     """Applies fn to the first tensor that requires grad in a module's
     output (a tensor, or a tuple/list starting with one)."""
@@ -137,7 +122,7 @@ class OffloadActivations:
         def hook(module, args, output):
             self._in_layer = False
             return _map_first_tensor(
-                output, lambda t: _LayerEnd.apply(t, self, index))
+                output, lambda t: _common.BackwardStepAt.apply(t, self, index))
         return hook
 
     def _backward_step(self, layer):

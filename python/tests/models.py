@@ -59,3 +59,15 @@ def assert_identical(reference, got):
     assert len(grads) == len(got[1])
     for i, (a, b) in enumerate(zip(grads, got[1])):
         assert torch.equal(a, b), f"gradient {i} differs"
+
+
+def te_forward(ctx, sync):
+    """A forward for train_step written as a TE user writes it: each layer
+    inside the context, its output through the sync function."""
+    def forward(model, x):
+        def wrapped(layer, h):
+            with ctx:
+                h = layer(h)
+            return sync(h)
+        return model(x, layer_wrapper=wrapped)
+    return forward

@@ -8,21 +8,11 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, train_step
+from models import Stack, assert_identical, te_forward, train_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
 MIN = 1024
-
-
-def te_forward(ctx, sync):
-    def forward(model, x):
-        def wrapped(layer, h):
-            with ctx:
-                h = layer(h)
-            return sync(h)
-        return model(x, layer_wrapper=wrapped)
-    return forward
 
 
 def peak_of(step):

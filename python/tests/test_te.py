@@ -6,19 +6,9 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, train_step
+from models import Stack, assert_identical, te_forward, train_step
 
 MIN = 1024  # elements: the test tensors are small
-
-
-def te_forward(ctx, sync):
-    def forward(model, x):
-        def wrapped(layer, h):
-            with ctx:
-                h = layer(h)
-            return sync(h)
-        return model(x, layer_wrapper=wrapped)
-    return forward
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
