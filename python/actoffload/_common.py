@@ -142,19 +142,47 @@ def queue_after_backward(callback):
     torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
+class LayerBackward:
+    """The layer mode's backward steps, for TE's front door and
+    OffloadActivations: the engine's BackwardStep(layer) as each layer's
+    backward begins, and FinishBackward when the backward pass that reached
+    layer 0 has ended."""
+
+    def __init__(self, core):
+        self.core = core
+        self.begun = False  # a backward began since the last FinishBackward
+        self._reached_first = False
+        self._finish_queued = False
+
+    def step(self, layer):
+        self.core.backward_step(layer)
+        self.begun = True
+        if layer == 0:
+            self._reached_first = True
+        if not self._finish_queued:
+            self._finish_queued = True
+            queue_after_backward(self._pass_ended)
+
+    def _pass_ended(self):
+        self._finish_queued = False
+        if self._reached_first:
+            self._reached_first = False
+            self.begun = False
+            self.core.finish_backward()
+
+
 class BackwardStepAt(torch.autograd.Function):
-    """Identity on a layer's output; its backward calls
-    owner._backward_step(layer): the gradient reaching the output means the
-    layer's backward begins (TE's sync function, OffloadActivations' layer
-    ends)."""
+    """Identity on a layer's output; its backward calls backward.step(layer)
+    (a LayerBackward): the gradient reaching the output means the layer's
+    backward begins (TE's sync function, OffloadActivations' layer ends)."""
 
     @staticmethod
-    def forward(ctx, tensor, owner, layer):
-        ctx.owner = owner
+    def forward(ctx, tensor, backward, layer):
+        ctx.backward_steps = backward
         ctx.layer = layer
         return tensor
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.owner._backward_step(ctx.layer)
+        ctx.backward_steps.step(ctx.layer)
         return grad, None, None

@@ -55,8 +55,7 @@ class CpuOffloadContext:
         self._hooks = None
         self._layer = None          # the layer whose forward is open or last ran
         self._awaiting_sync = False
-        self._finish_queued = False
-        self._backward_reached_first = False
+        self._backward = _common.LayerBackward(core)
         self._passthrough = False
 
     # The pack hook: layers the schedule keeps skip the engine (SPEC §4.4).
@@ -83,7 +82,6 @@ class CpuOffloadContext:
         _common.check_stream(self._session)
         self._layer = self._core.forward_step()
         self._layer_offloaded = self._core.will_offload(self._layer)
-        self._backward_reached_first = False
         self._hooks = self._filter.hooks()
         self._hooks.__enter__()
         self._awaiting_sync = True
@@ -103,21 +101,7 @@ class CpuOffloadContext:
         self._awaiting_sync = False
         if not isinstance(tensor, torch.Tensor) or not tensor.requires_grad:
             return tensor
-        return _common.BackwardStepAt.apply(tensor, self, self._layer)
-
-    def _backward_step(self, layer):
-        self._core.backward_step(layer)
-        if layer == 0:
-            self._backward_reached_first = True
-        if not self._finish_queued:
-            self._finish_queued = True
-            _common.queue_after_backward(self._backward_pass_ended)
-
-    def _backward_pass_ended(self):
-        self._finish_queued = False
-        if self._backward_reached_first:
-            self._backward_reached_first = False
-            self._core.finish_backward()
+        return _common.BackwardStepAt.apply(tensor, self._backward, self._layer)
 
     # Introspection (extensions).
     @property

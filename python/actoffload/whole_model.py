@@ -90,9 +90,7 @@ class OffloadActivations:
         self._layer_offloaded = True
         self._handles = []
         self._hooks = None
-        self._finish_queued = False
-        self._backward_begun = False
-        self._reached_first = False
+        self._backward = _common.LayerBackward(self.offloader)
         self._active = False
 
     # --- hooks ---------------------------------------------------------------
@@ -102,8 +100,8 @@ class OffloadActivations:
         return self._pack_into(tensor)
 
     def _unpack(self, packed):
-        if self._whole_forward and not self._backward_begun:
-            self._backward_step(0)
+        if self._whole_forward and not self._backward.begun:
+            self._backward.step(0)
         return self._filter.unpack(packed)
 
     def _pre_hook(self, index):
@@ -122,24 +120,8 @@ class OffloadActivations:
         def hook(module, args, output):
             self._in_layer = False
             return _map_first_tensor(
-                output, lambda t: _common.BackwardStepAt.apply(t, self, index))
+                output, lambda t: _common.BackwardStepAt.apply(t, self._backward, index))
         return hook
-
-    def _backward_step(self, layer):
-        self.offloader.backward_step(layer)
-        self._backward_begun = True
-        if layer == 0:
-            self._reached_first = True
-        if not self._finish_queued:
-            self._finish_queued = True
-            _common.queue_after_backward(self._backward_pass_ended)
-
-    def _backward_pass_ended(self):
-        self._finish_queued = False
-        if self._reached_first:
-            self._reached_first = False
-            self._backward_begun = False
-            self.offloader.finish_backward()
 
     # --- context -------------------------------------------------------------
     def __enter__(self):

@@ -9,20 +9,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import actoffload  # noqa: E402
-from models import Stack, train_step  # noqa: E402
+from models import Stack, te_forward, train_step  # noqa: E402
 
 model = Stack(layers=4, hidden=256).cuda()
 x = torch.randn(2, 256, 256, device="cuda")
 ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=4,
                                                min_offload_size=1024)
-
-
-def te(model, x):
-    def wrapped(layer, h):
-        with ctx:
-            h = layer(h)
-        return sync(h)
-    return model(x, layer_wrapper=wrapped)
 
 
 whole = actoffload.OffloadActivations(model, budget_bytes=4 << 20, min_offload_size=1024)
@@ -34,7 +26,7 @@ def budget(model, x):
 
 
 for _ in range(2):
-    train_step(model, x, te)
+    train_step(model, x, te_forward(ctx, sync))
 for _ in range(3):
     train_step(model, x, budget)
 torch.cuda.synchronize()
