@@ -1,0 +1,119 @@
+// The joint plan (SPEC §4.8): for a memory budget, choose per unit (a layer)
+// whether its saved tensors stay on the device, go to host and come back
+// (the byte budget of SPEC §4.7), or are not saved at all and recomputed
+// by the caller right before the unit's backward. Pure data and functions:
+// no backend, no engine state. The Offloader makes this plan at Create when
+// OffloadOptions::recompute is set (engine/offload.h: Recompute(layer));
+// bench/ also calls it directly (checkpoint-only rows).
+//
+// The model the plan predicts with (units in forward order; the backward
+// runs them in reverse, one at a time, on one compute stream; one copy
+// engine each way):
+//  - Forward. Before unit i runs, the bytes it saves (saved_bytes, or
+//    input_bytes when recomputed) must fit in the budget next to what is on
+//    device. If they do not, the earliest units not yet released and not
+//    recomputed are released, earliest first (the byte budget's rule,
+//    engine/budget/budget_plan.h), and the compute stream waits for their
+//    copies to host. A released unit's copy starts when its forward ends,
+//    after the copies queued before it, at d2h_gbps.
+//  - Backward. A recomputed unit holds recompute_bytes more while its
+//    backward runs and takes recompute_ns longer. Released units come back
+//    in order of need, each as early as the budget allows over the whole
+//    time it is then on device (it must fit next to every later unit's
+//    bytes until its own backward), at h2d_gbps; a unit's backward waits
+//    for its own reload.
+// The model is coarser than the engine (whole units, copies that start at a
+// unit's end rather than at each tensor's push): a plan that fits in it
+// fits in the engine, whose byte budget then picks the storages to offload
+// from its recorded iteration.
+
+#ifndef OFFLOAD_ENGINE_JOINT_PLAN_H_
+#define OFFLOAD_ENGINE_JOINT_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/status.h"
+
+namespace offload {
+
+// What the caller declares about one unit.
+struct UnitCost {
+  int64_t saved_bytes = 0;      // saved for backward when not recomputed
+  double forward_ns = 0;
+  double backward_ns = 0;
+  bool recomputable = false;
+  // When recomputed: the bytes it still saves (its input), the forward it
+  // re-runs before its backward, and the bytes that re-run re-creates and
+  // holds until the unit's backward ends.
+  int64_t input_bytes = 0;
+  double recompute_ns = 0;
+  int64_t recompute_bytes = 0;
+};
+
+enum class UnitChoice { kKeep, kOffload, kRecompute };
+const char* UnitChoiceName(UnitChoice c);  // "keep", "offload", "recompute"
+
+struct JointProblem {
+  std::vector<UnitCost> units;  // in forward order
+  double d2h_gbps = 0;          // pinned copy bandwidth, GB/s (1e9 B/s)
+  double h2d_gbps = 0;
+  int64_t budget = 0;           // bytes
+  // Restrict the choices: offload-only (the byte budget, §4.7) or
+  // recompute-only (checkpointing).
+  bool allow_offload = true;
+  bool allow_recompute = true;
+};
+
+struct JointPlan {
+  std::vector<UnitChoice> choice;  // per unit
+  // Predicted by the model above.
+  double step_ns = 0;
+  double stall_ns = 0;       // compute-stream waits for copies
+  double recompute_ns = 0;   // forward re-run
+  int64_t peak_bytes = 0;    // the most bytes on device at once
+  int64_t offloaded_bytes = 0;
+
+  bool Recompute(int unit) const {
+    return choice[unit] == UnitChoice::kRecompute;
+  }
+};
+
+// The plan with the least predicted step time among those that fit the
+// budget. Ties go to fewer recomputed units, then to fewer offloaded bytes.
+// It tries every set of recomputable units when there are at most 16;
+// with more, it grows the set greedily one unit per round (the unit giving
+// the least step) from none to all and keeps the best plan seen.
+// Errors: kInvalidArgument for a malformed problem (ValidateJointProblem);
+//   kResourceExhausted naming the budget and the smallest bytes any plan
+//   allowed needs, when none fits.
+StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
+
+// The prediction for the given recomputed units (offloaded units follow
+// from the forward rule above).
+// Errors: kInvalidArgument for a malformed problem, a recomputed unit that
+//   is not recomputable, or one of either kind the problem does not allow;
+//   kResourceExhausted naming the unit where the budget does not fit.
+StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
+                                  const std::vector<bool>& recompute);
+
+// Checks sizes and values: at least one unit, bytes and times not negative,
+// saved_bytes > 0, input and recompute bytes within saved_bytes for a
+// recomputable unit, positive bandwidths where offloading is allowed,
+// budget > 0. Errors: kInvalidArgument naming the unit and the field.
+Status ValidateJointProblem(const JointProblem& problem);
+
+// Checks `plan` against `problem` independently of PlanJoint: its choices
+// are allowed and its figures are what EvaluateJoint predicts for them.
+// Errors: kInvalidArgument naming the unit or the figure.
+Status ValidateJointPlan(const JointPlan& plan, const JointProblem& problem);
+
+// A table: one row per unit (bytes, times, choice), then the predicted
+// step, stalls, recompute, offloaded bytes and the peak against the budget.
+std::string FormatJointPlan(const JointPlan& plan,
+                            const JointProblem& problem);
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_JOINT_PLAN_H_

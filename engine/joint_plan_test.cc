@@ -1,0 +1,250 @@
+// The joint keep / offload / recompute plan (SPEC §4.8), on cases worked by
+// hand in the comments, and its properties over random problems.
+
+#include "engine/joint_plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr UnitChoice K = UnitChoice::kKeep;
+constexpr UnitChoice O = UnitChoice::kOffload;
+constexpr UnitChoice R = UnitChoice::kRecompute;
+
+// Units of 300 bytes, forward 100 ns, backward 200 ns; recomputing one
+// keeps its 30-byte input, takes 100 ns and holds 270 bytes during its
+// backward. Copies of 300 bytes at `gbps` take 300 / gbps ns.
+JointProblem Stack(int units, double gbps, int64_t budget) {
+  JointProblem p;
+  for (int i = 0; i < units; ++i) {
+    UnitCost u;
+    u.saved_bytes = 300;
+    u.forward_ns = 100;
+    u.backward_ns = 200;
+    u.recomputable = true;
+    u.input_bytes = 30;
+    u.recompute_ns = 100;
+    u.recompute_bytes = 270;
+    p.units.push_back(u);
+  }
+  p.d2h_gbps = p.h2d_gbps = gbps;
+  p.budget = budget;
+  return p;
+}
+
+TEST(JointPlanTest, EverythingFitsSoEverythingIsKept) {
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(Stack(2, 1.0, 600)));
+  EXPECT_THAT(plan.choice, ElementsAre(K, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 600);  // 2 x 100 + 2 x 200
+  EXPECT_EQ(plan.peak_bytes, 600);
+  EXPECT_EQ(plan.offloaded_bytes, 0);
+}
+
+// Fast copies (300 bytes in 30 ns) hide behind compute: unit 0 goes to
+// host before unit 2 runs and is back (reloaded while unit 1's backward
+// runs) before its own; recomputing would only add time.
+TEST(JointPlanTest, CopiesThatHideAreFree) {
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(Stack(3, 10.0, 600)));
+  EXPECT_THAT(plan.choice, ElementsAre(O, K, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 900);
+  EXPECT_DOUBLE_EQ(plan.stall_ns, 0);
+  EXPECT_EQ(plan.peak_bytes, 600);
+  EXPECT_EQ(plan.offloaded_bytes, 300);
+}
+
+// 4 units, budget 630, copies of 200 ns (1.5 GB/s).
+//  - Offload only: units 0 and 1 go to host. Unit 0's copy (100..300)
+//    holds unit 2 back 100 ns, unit 1's (300..500) holds unit 3 back
+//    100 ns: forward ends at 600; backward: unit 3 600..800, unit 2
+//    800..1000 while unit 1 reloads (800..1000), unit 1 1000..1200 while
+//    unit 0 reloads, unit 0 1200..1400. Step 1400.
+//  - Checkpointing only: two recomputed units leave 660 bytes > 630, so
+//    three are: 400 + 800 + 300 = 1500.
+//  - Recompute unit 1, offload unit 0: 300 + 30 + 300 fit; unit 3 needs
+//    unit 0 gone at 300, when its copy is done. Forward 400, backward
+//    800, recompute 100, no stall: 1300 (recomputing unit 2 instead ties;
+//    the first set tried wins).
+TEST(JointPlanTest, MixingBeatsBothOffloadingAndCheckpointing) {
+  JointProblem p = Stack(4, 1.5, 630);
+  ASSERT_OK_AND_ASSIGN(JointPlan joint, PlanJoint(p));
+  EXPECT_THAT(joint.choice, ElementsAre(O, R, K, K));
+  EXPECT_DOUBLE_EQ(joint.step_ns, 1300);
+  EXPECT_DOUBLE_EQ(joint.stall_ns, 0);
+  EXPECT_DOUBLE_EQ(joint.recompute_ns, 100);
+  EXPECT_EQ(joint.peak_bytes, 630);
+
+  p.allow_recompute = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan offload, PlanJoint(p));
+  EXPECT_THAT(offload.choice, ElementsAre(O, O, K, K));
+  EXPECT_DOUBLE_EQ(offload.step_ns, 1400);
+  EXPECT_DOUBLE_EQ(offload.stall_ns, 200);
+
+  p.allow_recompute = true;
+  p.allow_offload = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan checkpoint, PlanJoint(p));
+  EXPECT_THAT(checkpoint.choice, ElementsAre(R, R, R, K));
+  EXPECT_DOUBLE_EQ(checkpoint.step_ns, 1500);
+  EXPECT_EQ(checkpoint.offloaded_bytes, 0);
+}
+
+// Slow copies (300 bytes in 3000 ns): recomputing two units beats any
+// offload.
+TEST(JointPlanTest, SlowCopiesMakeRecomputeWin) {
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(Stack(3, 0.1, 600)));
+  EXPECT_THAT(plan.choice, ElementsAre(R, R, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 300 + 600 + 200);
+  // Unit 2 runs next to both inputs: 30 + 30 + 300.
+  EXPECT_EQ(plan.peak_bytes, 360);
+}
+
+// The re-created bytes count: recomputing unit 3 alone fits the forward
+// (300 + 300 + 30 after unit 0 left) but not its backward, where units 1
+// and 2 are still on device next to its 300 bytes.
+TEST(JointPlanTest, RecomputedBytesCountInTheBackward) {
+  StatusOr<JointPlan> plan =
+      EvaluateJoint(Stack(4, 1.5, 630), {false, false, false, true});
+  ASSERT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("while unit 3 runs, 900"));
+}
+
+TEST(JointPlanTest, NoPlanFitsIsAClearError) {
+  JointProblem p = Stack(3, 1.0, 200);
+  p.units[1].recomputable = false;
+  StatusOr<JointPlan> plan = PlanJoint(p);
+  ASSERT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("unit 1"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("budget of 200 bytes"));
+}
+
+TEST(JointPlanTest, MalformedProblemsAndChoicesAreRefused) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.units[1].input_bytes = 400;
+  EXPECT_THAT(PlanJoint(p).status().message(), HasSubstr("unit 1: input_bytes"));
+  p = Stack(2, 0.0, 600);
+  EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kInvalidArgument);
+  p.allow_offload = false;  // no bandwidth needed then
+  EXPECT_OK(PlanJoint(p).status());
+  p = Stack(2, 1.0, 600);
+  p.units[0].recomputable = false;
+  EXPECT_THAT(EvaluateJoint(p, {true, false}).status().message(),
+              HasSubstr("unit 0: recomputed but not recomputable"));
+  EXPECT_EQ(EvaluateJoint(p, {true}).status().code(),
+            StatusCode::kInvalidArgument);
+  p.units[0].backward_ns = -1;
+  EXPECT_THAT(PlanJoint(p).status().message(), HasSubstr("unit 0: times"));
+}
+
+TEST(JointPlanTest, ValidationCatchesAPlanThatIsNotTheModels) {
+  const JointProblem p = Stack(4, 1.5, 630);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_OK(ValidateJointPlan(plan, p));
+  JointPlan wrong = plan;
+  wrong.choice[2] = UnitChoice::kOffload;  // the budget does not need it
+  EXPECT_THAT(ValidateJointPlan(wrong, p).message(),
+              HasSubstr("unit 2: offload, but the budget makes it keep"));
+  wrong = plan;
+  wrong.step_ns -= 1;
+  EXPECT_THAT(ValidateJointPlan(wrong, p).message(), HasSubstr("figures"));
+  wrong.choice = {O, K, K, R};  // does not fit (test above)
+  EXPECT_THAT(ValidateJointPlan(wrong, p).message(), HasSubstr("does not fit"));
+}
+
+TEST(JointPlanTest, FormatShowsEveryUnitAndTheTotals) {
+  const JointProblem p = Stack(4, 1.5, 630);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  const std::string text = FormatJointPlan(plan, p);
+  EXPECT_THAT(text, HasSubstr("   1          300   0.000   0.000         0.000  recompute"));
+  EXPECT_THAT(text, HasSubstr("predicted step 0.001 ms"));
+  EXPECT_THAT(text, HasSubstr("peak 630 bytes, budget 630"));
+}
+
+// More units than the exhaustive search takes: the greedy search still
+// finds a plan that fits, faster than offloading alone (whose copies do not
+// hide) and than checkpointing alone.
+TEST(JointPlanTest, ManyUnitsUseTheGreedySearch) {
+  JointProblem p = Stack(24, 1.0, 300 * 12);
+  ASSERT_OK_AND_ASSIGN(JointPlan joint, PlanJoint(p));
+  EXPECT_OK(ValidateJointPlan(joint, p));
+  EXPECT_LE(joint.peak_bytes, p.budget);
+  p.allow_recompute = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan offload, PlanJoint(p));
+  p.allow_recompute = true;
+  p.allow_offload = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan checkpoint, PlanJoint(p));
+  std::printf("24 units: joint %.0f ns, offload %.0f ns, checkpoint %.0f ns\n",
+              joint.step_ns, offload.step_ns, checkpoint.step_ns);
+  EXPECT_LT(joint.step_ns, offload.step_ns);
+  EXPECT_LT(joint.step_ns, checkpoint.step_ns);
+}
+
+rc::Gen<JointProblem> GenProblem() {
+  return rc::gen::exec([] {
+    JointProblem p;
+    const int n = *rc::gen::inRange(1, 8);
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      UnitCost u;
+      u.saved_bytes = *rc::gen::inRange<int64_t>(1, 1000);
+      u.forward_ns = *rc::gen::inRange(0, 1000);
+      u.backward_ns = *rc::gen::inRange(0, 2000);
+      u.recomputable = *rc::gen::arbitrary<bool>();
+      u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+      u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+      u.recompute_ns = *rc::gen::inRange(0, 1000);
+      total += u.saved_bytes;
+      p.units.push_back(u);
+    }
+    p.d2h_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+    p.h2d_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+    p.budget = *rc::gen::inRange<int64_t>(1, total + 1);
+    return p;
+  });
+}
+
+// The plan is the model's best: it validates, never exceeds the budget, and
+// is no slower than any single alternative (all kept, offload only, every
+// recomputable unit recomputed, each one alone).
+RC_GTEST_PROP(JointPlanProperties, BestAmongAlternativesAndWithinBudget, ()) {
+  const JointProblem p = *GenProblem();
+  StatusOr<JointPlan> plan = PlanJoint(p);
+  const int n = static_cast<int>(p.units.size());
+  std::vector<std::vector<bool>> alternatives = {std::vector<bool>(n, false)};
+  std::vector<bool> all(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (!p.units[i].recomputable) continue;
+    all[i] = true;
+    std::vector<bool> one(n, false);
+    one[i] = true;
+    alternatives.push_back(one);
+  }
+  alternatives.push_back(all);
+  if (!plan.ok()) {
+    RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
+    for (const auto& r : alternatives) RC_ASSERT(!EvaluateJoint(p, r).ok());
+    return;
+  }
+  RC_ASSERT(ValidateJointPlan(*plan, p).ok());
+  RC_ASSERT(plan->peak_bytes <= p.budget);
+  for (const auto& r : alternatives) {
+    StatusOr<JointPlan> other = EvaluateJoint(p, r);
+    if (other.ok()) RC_ASSERT(plan->step_ns <= other->step_ns);
+  }
+  // Recompute never makes the step faster than the work itself.
+  double work = 0;
+  for (const UnitCost& u : p.units) work += u.forward_ns + u.backward_ns;
+  RC_ASSERT(plan->step_ns >= work);
+}
+
+}  // namespace
+}  // namespace offload
