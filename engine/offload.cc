@@ -4,6 +4,7 @@
 
 #include "engine/offload.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -65,6 +66,21 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
                      "and a schedule table");
     }
   }
+  std::optional<JointPlan> joint;
+  if (options.recompute.has_value()) {
+    const RecomputeOptions& rc = *options.recompute;
+    if (!options.activation_budget_bytes.has_value()) {
+      return invalid("recompute needs activation_budget_bytes");
+    }
+    if (static_cast<int>(rc.layers.size()) != options.model_layers) {
+      return invalid("recompute declares " + std::to_string(rc.layers.size()) +
+                     " layers, model_layers is " +
+                     std::to_string(options.model_layers));
+    }
+    StatusOr<JointPlan> plan = PlanJoint(JointProblemOf(options));
+    if (!plan.ok()) return plan.status().WithContext("Offloader options");
+    if (options.enabled) joint = std::move(plan).value();
+  }
   ScheduleTable schedule;
   bool warn_no_overlap = false;
   const bool budget = options.activation_budget_bytes.has_value();
@@ -97,7 +113,8 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
   }
   std::unique_ptr<OffloaderPolicy> policy;
   if (budget) {
-    policy = std::make_unique<BudgetPolicy>(backend, options, *d2h, *h2d);
+    policy = std::make_unique<BudgetPolicy>(backend, options, std::move(joint),
+                                            *d2h, *h2d);
   } else {
     policy = std::make_unique<LayerPolicy>(backend, options,
                                            std::move(schedule), *d2h, *h2d);
@@ -152,6 +169,12 @@ bool Offloader::WillOffload(int layer) const {
 }
 std::string Offloader::BudgetPlanText() const {
   return policy_->BudgetPlanText();
+}
+bool Offloader::Recompute(int layer) const {
+  return policy_->Recompute(layer);
+}
+std::string Offloader::JointPlanText() const {
+  return policy_->JointPlanText();
 }
 
 Status Offloader::BeginWarmup() { return policy_->BeginWarmup(); }

@@ -155,6 +155,16 @@ class Offloader {
   // Byte budget (SPEC §4.7): the plan in force as a table
   // (FormatBudgetPlan); empty before it is made and in the other modes.
   std::string BudgetPlanText() const;
+  // Recompute (SPEC §4.8, OffloadOptions::recompute): whether the caller
+  // recomputes `layer`. If so, in the forward it pushes only what the layer
+  // keeps when recomputed (its input) and drops the rest; in the backward,
+  // after BackwardStep(layer) and the input's Pop, it re-runs the layer's
+  // forward without pushing, uses the re-created tensors for the layer's
+  // backward and drops them before the next BackwardStep. False without a
+  // plan, for a layer out of range, and when disabled.
+  bool Recompute(int layer) const;
+  // The joint plan as a table (FormatJointPlan); empty without one.
+  std::string JointPlanText() const;
 
   // --- CUDA graph capture (SPEC §5.7; TE's "CPU offloading and CUDA
   // graphs"). Whole iterations of the layer policies (default k-of-n, a

@@ -6,12 +6,27 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "engine/backend.h"
+#include "engine/joint_plan.h"  // UnitCost
 #include "engine/offload_stats.h"  // GroupState, OffloaderStats
 #include "engine/schedule.h"
 
 namespace offload {
+
+// SPEC §4.8: what the caller declares so that the byte budget may also
+// recompute layers (engine/joint_plan.h; docs/engine.md, "Recompute").
+struct RecomputeOptions {
+  // Per layer, in forward order: its saved bytes, forward and backward
+  // times, and whether and at what cost the caller can recompute it.
+  std::vector<UnitCost> layers;
+  // The pinned copy bandwidths the plan assumes, GB/s.
+  double d2h_gbps = 0;
+  double h2d_gbps = 0;
+  // false: recompute only (checkpointing); nothing is offloaded.
+  bool allow_offload = true;
+};
 
 struct OffloadOptions {
   bool enabled = true;
@@ -41,7 +56,28 @@ struct OffloadOptions {
   // iterations after it. offloaded_layers is then ignored. Excludes
   // manual_synchronization and a schedule table.
   std::optional<int64_t> activation_budget_bytes;
+  // SPEC §4.8, with activation_budget_bytes: at Create the Offloader plans
+  // per layer keep / offload / recompute for the least predicted step
+  // within the budget (PlanJoint); Offloader::Recompute(layer) says which
+  // layers the caller recomputes. Create fails if no plan fits.
+  std::optional<RecomputeOptions> recompute;
 };
+
+// The joint plan's problem for `options` (SPEC §4.8): the declared layers,
+// bandwidths and allow_offload of options.recompute, the budget of
+// activation_budget_bytes. The Offloader plans with it at Create; a caller
+// may plan with it too (PlanJoint) to see the plan before creating one.
+inline JointProblem JointProblemOf(const OffloadOptions& options) {
+  JointProblem p;
+  if (options.recompute.has_value()) {
+    p.units = options.recompute->layers;
+    p.d2h_gbps = options.recompute->d2h_gbps;
+    p.h2d_gbps = options.recompute->h2d_gbps;
+    p.allow_offload = options.recompute->allow_offload;
+  }
+  p.budget = options.activation_budget_bytes.value_or(0);
+  return p;
+}
 
 }  // namespace offload
 

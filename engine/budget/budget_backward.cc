@@ -31,9 +31,15 @@ Status BudgetPolicy::RunReloads(int call) {
     const int unit = reload_order_[next_reload_];
     const int64_t bytes = recording_->units[unit].bytes;
     // Due at this call, or earlier where the budget has room: only where
-    // this iteration follows the plan (else the units are not its units).
+    // this iteration follows the plan (else the units are not its units),
+    // and not over a call where the caller holds bytes outside (the plan
+    // counted on this unit not being there yet).
     if (plan_->reload_at[unit] > call) {
       if (!planned()) break;
+      if (HeldOutsideIn(call >= 0 ? call : backward_calls_ - 1,
+                        plan_->reload_at[unit])) {
+        break;
+      }
       if (resident < 0) resident = ResidentNow();
       if (resident + bytes > budget_) break;
     }
@@ -61,7 +67,8 @@ Status BudgetPolicy::BackwardStep(int layer) {
   NoteBackwardDrops(backward_calls_);
   OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext(where));
   OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext(where));
-  ++backward_calls_;
+  backward_layer_ = layer;
+  CountBackwardCall();
   backward_begun_[layer] = true;
   backward_count_++;
   return OkStatus();
@@ -308,7 +315,7 @@ StatusOr<Tensor> BudgetPolicy::Pop(const SavedTensor& saved) {
       Tensor tensor,
       PopPlain(saved, [this](const SavedTensor& s) { return PopOne(s); }));
   NoteUse(saved);
-  if (backward_count_ > 0) ++backward_calls_;
+  if (backward_count_ > 0) CountBackwardCall();
   return tensor;
 }
 
@@ -330,8 +337,20 @@ StatusOr<CompositeTensor> BudgetPolicy::PopComposite(
       offload::PopComposite(
           saved, [this](const SavedTensor& s) { return PopOne(s); }));
   NoteUse(saved);
-  if (backward_count_ > 0) ++backward_calls_;
+  if (backward_count_ > 0) CountBackwardCall();
   return tensor;
+}
+
+void BudgetPolicy::CountBackwardCall() {
+  call_layers_.push_back(backward_layer_);
+  ++backward_calls_;
+}
+
+bool BudgetPolicy::HeldOutsideIn(int from, int to) const {
+  for (int c = std::max(from, 0); c < to; ++c) {
+    if (recording_->HeldOutside(c) > 0) return true;
+  }
+  return false;
 }
 
 Status BudgetPolicy::MakePlan() {
@@ -350,6 +369,18 @@ Status BudgetPolicy::MakePlan() {
     unit.free_at = live.free_at >= 0 ? live.free_at : backward_calls_;
     unit.done_at = live.done_at >= 0 ? live.done_at : backward_calls_;
     recording.units.push_back(unit);
+  }
+  // A recomputed layer's re-created tensors are on device from its
+  // BackwardStep to the next one (SPEC §4.8).
+  if (joint_.has_value()) {
+    recording.held_outside.assign(backward_calls_, 0);
+    for (int c = 0; c < backward_calls_; ++c) {
+      const int layer = call_layers_[c];
+      if (Recompute(layer)) {
+        recording.held_outside[c] =
+            options_.recompute->layers[layer].recompute_bytes;
+      }
+    }
   }
   StatusOr<BudgetPlan> plan = PlanBudget(recording, budget_);
   if (!plan.ok()) {
@@ -404,6 +435,8 @@ Status BudgetPolicy::FinishBackward() {
   pushes_ = 0;
   backward_calls_ = 0;
   backward_count_ = 0;
+  backward_layer_ = -1;
+  call_layers_.clear();
   backward_begun_.assign(options_.model_layers, false);
   units_.clear();
   first_held_ = 0;

@@ -48,6 +48,14 @@ Status ValidateRecording(const BudgetRecording& r) {
                                 " pushes, " + std::to_string(r.backward_calls) +
                                 " backward calls");
   }
+  if (!r.held_outside.empty() &&
+      (static_cast<int>(r.held_outside.size()) != r.backward_calls ||
+       *std::min_element(r.held_outside.begin(), r.held_outside.end()) < 0)) {
+    return InvalidArgumentError(
+        "budget recording: held_outside needs one non-negative value per "
+        "backward call (" + std::to_string(r.backward_calls) + "), has " +
+        std::to_string(r.held_outside.size()));
+  }
   for (int i = 0; i < static_cast<int>(r.units.size()); ++i) {
     const BudgetUnit& u = r.units[i];
     auto bad = [&](const std::string& why) {
@@ -130,36 +138,50 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
     next_unit = last;
   }
 
-  // Backward: frees, then reloads in order of first use, each as soon as it
-  // fits, at the latest at its first use.
-  std::vector<bool> on_device(n, true);
-  for (int i = 0; i < n; ++i) on_device[i] = !plan.offloaded[i];
-  const std::vector<int> order = ReloadOrder(r, plan.offloaded);
-  size_t next = 0;
-  for (int c = 0; c <= r.backward_calls; ++c) {
-    for (int i = 0; i < n; ++i) {
-      const int free_at =
-          plan.offloaded[i] ? r.units[i].done_at : r.units[i].free_at;
-      if (free_at == c && on_device[i]) {
-        on_device[i] = false;
-        resident -= r.units[i].bytes;
-      }
+  // Backward. committed[c]: the bytes on device during call c (after its
+  // frees): units kept until they go, the bytes held outside, and the
+  // reloads placed so far from their call until they go. Reloads are placed
+  // in order of first use, each at the earliest call (not before the
+  // previous one's) from which it fits next to committed until it goes.
+  // Without bytes held outside this is "as soon as it fits at that call":
+  // committed only falls after it.
+  const int calls = r.backward_calls;
+  std::vector<int64_t> committed(calls, 0);
+  for (int c = 0; c < calls; ++c) committed[c] = r.HeldOutside(c);
+  for (int i = 0; i < n; ++i) {
+    if (plan.offloaded[i]) continue;
+    for (int c = 0; c < r.units[i].free_at && c < calls; ++c) {
+      committed[c] += r.units[i].bytes;
     }
-    if (c == r.backward_calls) break;
-    while (next < order.size()) {
-      const int unit = order[next];
-      if (resident + r.units[unit].bytes > budget) {
-        if (r.units[unit].first_use == c) {
-          return too_small("in the backward", unit, resident);
-        }
-        break;
-      }
-      plan.reload_at[unit] = c;
-      on_device[unit] = true;
-      resident += r.units[unit].bytes;
-      plan.peak_bytes = std::max(plan.peak_bytes, resident);
-      ++next;
+  }
+  for (int c = 0; c < calls; ++c) {
+    if (committed[c] > budget) {
+      return ResourceExhaustedError(
+          "activation budget of " + std::to_string(budget) + " bytes is too "
+          "small in the backward: at backward call " + std::to_string(c) +
+          ", " + std::to_string(committed[c]) + " bytes are on device (" +
+          std::to_string(r.HeldOutside(c)) + " of them held outside)");
     }
+  }
+  int first_call = 0;
+  for (int unit : ReloadOrder(r, plan.offloaded)) {
+    const BudgetUnit& u = r.units[unit];
+    const int until = std::max(u.first_use + 1, std::min(u.done_at, calls));
+    int at = -1;
+    for (int c = first_call; c <= u.first_use && at < 0; ++c) {
+      const int64_t most =
+          *std::max_element(committed.begin() + c, committed.begin() + until);
+      if (most + u.bytes <= budget) at = c;
+    }
+    if (at < 0) {
+      return too_small("in the backward", unit, committed[u.first_use]);
+    }
+    for (int c = at; c < until; ++c) committed[c] += u.bytes;
+    plan.reload_at[unit] = at;
+    first_call = at;
+  }
+  for (int64_t bytes : committed) {
+    plan.peak_bytes = std::max(plan.peak_bytes, bytes);
   }
   OFFLOAD_RETURN_IF_ERROR(ValidateBudgetPlan(plan, r).WithContext(
       "internal: the planned budget schedule failed its check"));
@@ -238,10 +260,13 @@ Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
         resident += r.units[i].bytes;
       }
     }
+    resident += r.HeldOutside(c);
     peak = std::max(peak, resident);
     if (resident > plan.budget) {
-      return over("at backward call " + std::to_string(c));
+      return over("at backward call " + std::to_string(c) + " (" +
+                  std::to_string(r.HeldOutside(c)) + " held outside)");
     }
+    resident -= r.HeldOutside(c);
   }
   if (peak != plan.peak_bytes) {
     return InvalidArgumentError("budget plan: peak " +

@@ -66,6 +66,16 @@ struct BudgetRecording {
   int forward_pushes = 0;
   int backward_calls = 0;
   std::vector<BudgetUnit> units;  // in order of first push
+  // Per backward call (empty: none held): device bytes the caller holds
+  // outside the engine from the start of that call to the start of the
+  // next, e.g. a recomputed layer's re-created tensors (SPEC §4.8). The
+  // plan keeps them within the budget too.
+  std::vector<int64_t> held_outside;
+
+  int64_t HeldOutside(int call) const {
+    return call < static_cast<int>(held_outside.size()) ? held_outside[call]
+                                                        : 0;
+  }
 };
 
 struct BudgetPlan {
@@ -78,7 +88,8 @@ struct BudgetPlan {
   // Backward call index at whose start its reload begins; -1 if not
   // offloaded.
   std::vector<int> reload_at;
-  // The most offloadable bytes on device at once under the plan.
+  // The most offloadable bytes on device at once under the plan (with the
+  // bytes held outside, BudgetRecording::held_outside).
   int64_t peak_bytes = 0;
 
   int64_t OffloadedBytes(const BudgetRecording& recording) const;
@@ -88,8 +99,9 @@ struct BudgetPlan {
 // pushed first among those the caller dropped, only when the next unit
 // would not fit; a released unit's
 // copy starts when its last view is pushed; reloads start in order of first
-// use, each as soon as it fits after the frees of that call, and at the
-// latest at its first use.
+// use, each as soon as it fits after the frees of that call (next to the
+// bytes held outside at that call and every later one while it is on
+// device), and at the latest at its first use.
 // Errors: kInvalidArgument if budget <= 0 or the recording is inconsistent
 //   (ValidateRecording); kResourceExhausted naming the layer, unit and bytes
 //   where no plan can keep the budget (a unit larger than it, or units that
@@ -99,7 +111,9 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
 
 // Checks a recording: units in order of first push, pushes in range and
 // not interleaved within a layer's unit, dropped after its last push, uses
-// and frees in range, each unit's use before its free. Errors: kInvalidArgument naming the unit.
+// and frees in range, each unit's use before its free, held_outside empty
+// or one non-negative value per backward call. Errors: kInvalidArgument
+// naming the unit.
 Status ValidateRecording(const BudgetRecording& recording);
 
 // Checks `plan` against `recording` independently of PlanBudget: sizes

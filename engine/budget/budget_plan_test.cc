@@ -81,6 +81,34 @@ TEST(BudgetPlanTest, ReleasesEarliestPushedJustInTime) {
   EXPECT_EQ(plan.reload_at[0], 8);
 }
 
+// SPEC §4.8: layer 1 is recomputed, and its 200 re-created bytes are held
+// outside the engine during its backward (calls 8..11). The plan of the
+// test above brings units 1 and 0 back at call 8; now unit 1 still fits
+// there (400 + 200 + 100), but unit 0 waits for call 11, where unit 4 went.
+TEST(BudgetPlanTest, BytesHeldOutsideDelayReloads) {
+  BudgetRecording r = Stack(4, 3, 100);
+  r.held_outside.assign(r.backward_calls, 0);
+  for (int c = 8; c < 12; ++c) r.held_outside[c] = 200;
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 700));
+  EXPECT_OK(ValidateBudgetPlan(plan, r));
+  EXPECT_EQ(plan.peak_bytes, 700);
+  EXPECT_EQ(plan.reload_at[1], 8);
+  EXPECT_EQ(plan.reload_at[0], 11);
+  // The replay counts them: the plan made without them exceeds the budget.
+  BudgetRecording without = r;
+  without.held_outside.clear();
+  ASSERT_OK_AND_ASSIGN(BudgetPlan blind, PlanBudget(without, 700));
+  EXPECT_THAT(ValidateBudgetPlan(blind, r).message(),
+              HasSubstr("at backward call 8 (200 held outside)"));
+  // More than the budget leaves for them is a clear error.
+  r.held_outside[9] = 650;
+  EXPECT_THAT(PlanBudget(r, 700).status().message(),
+              HasSubstr("at backward call 9, 750 bytes are on device (650 of "
+                        "them held outside)"));
+  r.held_outside.pop_back();
+  EXPECT_THAT(ValidateRecording(r).message(), HasSubstr("held_outside"));
+}
+
 TEST(BudgetPlanTest, TooSmallBudgetNamesTheUnit) {
   const BudgetRecording r = Stack(2, 2, 100);
   // A unit is dropped by the push after its own: two units must fit at

@@ -13,11 +13,12 @@
 
 namespace offload {
 
-BudgetPolicy::BudgetPolicy(Backend& backend,
-                                      const OffloadOptions& options,
-                                      Stream& d2h, Stream& h2d)
+BudgetPolicy::BudgetPolicy(Backend& backend, const OffloadOptions& options,
+                           std::optional<JointPlan> joint, Stream& d2h,
+                           Stream& h2d)
     : options_(options),
       budget_(*options.activation_budget_bytes),
+      joint_(std::move(joint)),
       core_(backend, d2h, h2d,
             CoreOptions{options.min_span_coverage, options.skip_sparse_views,
                         options.warnings_to_stderr}) {
@@ -80,6 +81,17 @@ int64_t BudgetPolicy::OffloadedBytes() const {
 std::string BudgetPolicy::BudgetPlanText() const {
   if (!plan_.has_value()) return "";
   return FormatBudgetPlan(*plan_, *recording_);
+}
+
+bool BudgetPolicy::Recompute(int layer) const {
+  return joint_.has_value() && layer >= 0 &&
+         layer < static_cast<int>(joint_->choice.size()) &&
+         joint_->Recompute(layer);
+}
+
+std::string BudgetPolicy::JointPlanText() const {
+  if (!joint_.has_value()) return "";
+  return FormatJointPlan(*joint_, JointProblemOf(options_));
 }
 
 Status BudgetPolicy::Manual(ManualCall call, int layer) {

@@ -44,6 +44,7 @@
 #include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
+#include "engine/joint_plan.h"
 #include "engine/layer/offloader_policy.h"
 #include "engine/offload_options.h"
 #include "engine/schedule.h"
@@ -52,9 +53,10 @@ namespace offload {
 
 class BudgetPolicy final : public OffloaderPolicy {
  public:
-  // REQUIRES: options.activation_budget_bytes > 0 (checked by Create).
-  BudgetPolicy(Backend& backend, const OffloadOptions& options, Stream& d2h,
-               Stream& h2d);
+  // REQUIRES: options.activation_budget_bytes > 0 (checked by Create);
+  // `joint`, if any, is PlanJoint's plan for JointProblemOf(options).
+  BudgetPolicy(Backend& backend, const OffloadOptions& options,
+               std::optional<JointPlan> joint, Stream& d2h, Stream& h2d);
   ~BudgetPolicy() override;
 
   StatusOr<int> ForwardStep() override;
@@ -72,6 +74,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   int64_t OffloadedBytes() const override;
   const ScheduleTable& schedule() const override { return no_schedule_; }
   std::string BudgetPlanText() const override;
+  bool Recompute(int layer) const override;
+  std::string JointPlanText() const override;
   OffloadCore& core() override { return core_; }
   const OffloadCore& core() const override { return core_; }
 
@@ -181,9 +185,16 @@ class BudgetPolicy final : public OffloaderPolicy {
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
+  // Counts a backward call of the layer whose backward runs (recorded for
+  // BudgetRecording::held_outside).
+  void CountBackwardCall();
+  // Whether the recording has bytes held outside at a backward call in
+  // [from, to): a reload may then not start earlier than the plan says.
+  bool HeldOutsideIn(int from, int to) const;
 
   const OffloadOptions options_;
   const int64_t budget_;
+  const std::optional<JointPlan> joint_;  // SPEC §4.8
   HandleMaker handles_{"Offloader"};
   const ScheduleTable no_schedule_;
   OffloadCore core_;  // before groups_: they use it until destroyed
@@ -202,6 +213,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   int pushes_ = 0;          // Push calls so far
   int backward_calls_ = 0;  // BackwardStep and Pop calls since the backward began
   int backward_count_ = 0;
+  int backward_layer_ = -1;       // the last BackwardStep's layer
+  std::vector<int> call_layers_;  // per backward call: backward_layer_
   std::vector<bool> backward_begun_;
   std::vector<Unit> units_;
   size_t first_held_ = 0;  // recording: units before it were dropped

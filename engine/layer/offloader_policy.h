@@ -49,6 +49,8 @@ class OffloaderPolicy {
   virtual int64_t OffloadedBytes() const = 0;
   virtual const ScheduleTable& schedule() const = 0;
   virtual std::string BudgetPlanText() const { return ""; }
+  virtual bool Recompute(int /*layer*/) const { return false; }
+  virtual std::string JointPlanText() const { return ""; }
   // Graph capture (SPEC §5.7). A policy that cannot be captured refuses
   // each with kFailedPrecondition naming `why_not_capturable()`.
   virtual Status BeginWarmup() { return NotCapturable("BeginWarmup"); }
