@@ -56,6 +56,8 @@ Flags ParseFlags(int argc, char** argv) {
     else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;
     else if (const char* v = val("--gemm_ms")) f.gemm_ms = Doubles(v);
     else if (const char* v = val("--budget_k")) f.budget_k = Doubles(v);
+    else if (const char* v = val("--joint_k")) f.joint_k = Doubles(v);
+    else if (const char* v = val("--ckpt_k")) f.ckpt_k = Doubles(v);
     else if (const char* v = val("--graph_k")) {
       for (double k : Doubles(v)) {
         if (k != double(int(k))) Die("--graph_k values must be integers");
@@ -65,6 +67,13 @@ Flags ParseFlags(int argc, char** argv) {
     else Die("unknown flag " + a);
   }
   if (f.kmax < 0) f.kmax = f.shape.layers - 2;
+  for (const std::vector<double>* list : {&f.joint_k, &f.ckpt_k}) {
+    for (double k : *list) {
+      if (!(k >= 0 && k < f.shape.layers)) {
+        Die("--joint_k and --ckpt_k values must be in [0, layers)");
+      }
+    }
+  }
   for (double k : f.budget_k) {
     if (!(k >= 0 && k < f.shape.layers)) {
       Die("--budget_k values must be in [0, layers)");

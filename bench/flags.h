@@ -34,6 +34,13 @@ struct Flags {
   // given the saved bytes of layers - value layers: what TE's k-of-n keeps
   // resident at k = value (SavedBytesPerLayer in layer_stack.h).
   std::vector<double> budget_k;
+  // --joint_k=...: rows with the same budgets planned jointly (SPEC §4.8:
+  // OffloadOptions::recompute, the layer costs from k = 0's GEMM times and
+  // the pinned peak). --ckpt_k=...: rows that only recompute (no
+  // offloading; the layers PlanJoint picks with allow_offload = false for
+  // that budget).
+  std::vector<double> joint_k;
+  std::vector<double> ckpt_k;
   // --graph_k=0,2,4: after the other rows, one row per value with the step
   // captured once as a CUDA graph (CaptureStep, layer_stack.h) and launched
   // `steps` times, next to eager steps of the same k measured the same way

@@ -1,11 +1,14 @@
 #include "bench/layer_stack.h"
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "bench/bench_util.h"
+#include "engine/joint_plan.h"
 #include "engine/status.h"
 #include "workload/layer_loop.h"
 
@@ -31,6 +34,62 @@ OffloadOptions BenchOptions(const Shape& s, int k, double budget_k,
   oo.retain_pinned_buffers = retain;
   if (budget_k >= 0) oo.activation_budget_bytes = BudgetForK(s, budget_k);
   return oo;
+}
+
+RecomputeOptions StackRecompute(const Shape& s,
+                                const std::array<double, kGemms>& ns,
+                                double d2h_gbps, double h2d_gbps) {
+  const int64_t th = s.tokens * s.hidden * 2;  // bf16 [T,H]
+  UnitCost layer;
+  layer.saved_bytes = SavedBytesPerLayer(s);
+  for (int g = 0; g < kGemms; ++g) {
+    (g < 5 ? layer.forward_ns : layer.backward_ns) += ns[g];
+    if (g < 4) layer.recompute_ns += ns[g];
+  }
+  layer.recomputable = true;
+  layer.input_bytes = th;
+  layer.recompute_bytes = 9 * th;
+  RecomputeOptions rc;
+  rc.layers.assign(s.layers, layer);
+  rc.d2h_gbps = d2h_gbps;
+  rc.h2d_gbps = h2d_gbps;
+  return rc;
+}
+
+bool RowOptions(Shape& s, RowMode mode, double budget_k,
+                const std::array<double, kGemms>& gemm_ns, double d2h_gbps,
+                double h2d_gbps, bool retain, OffloadOptions* options,
+                std::string* plan_text) {
+  switch (mode) {
+    case RowMode::kLayers:
+      *options = BenchOptions(s, 0, -1, retain);
+      return true;
+    case RowMode::kBudget:
+      *options = BenchOptions(s, 0, budget_k, retain);
+      return true;
+    case RowMode::kJoint:
+      *options = BenchOptions(s, 0, budget_k, retain);
+      options->recompute = StackRecompute(s, gemm_ns, d2h_gbps, h2d_gbps);
+      return true;
+    case RowMode::kCheckpoint: {
+      OffloadOptions planned = BenchOptions(s, 0, budget_k, retain);
+      planned.recompute = StackRecompute(s, gemm_ns, d2h_gbps, h2d_gbps);
+      planned.recompute->allow_offload = false;
+      const JointProblem problem = JointProblemOf(planned);
+      StatusOr<JointPlan> plan = PlanJoint(problem);
+      if (!plan.ok()) {
+        std::fprintf(stderr, "ckpt k=%g: no plan: %s\n", budget_k,
+                     plan.status().ToString().c_str());
+        return false;
+      }
+      s.checkpointed.assign(s.layers, false);
+      for (int l = 0; l < s.layers; ++l) s.checkpointed[l] = plan->Recompute(l);
+      *plan_text = FormatJointPlan(*plan, problem);
+      *options = BenchOptions(s, 0, -1, retain);  // nothing offloaded
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* PushAtName(PushAt p) {
@@ -78,32 +137,43 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     cost.pushes += 1;
     return Must(timed_call(kPush, [&] { return off.Push(t); }), what);
   };
+  // A recomputed layer (the Offloader's plan, SPEC §4.8, or
+  // Shape::checkpointed) saves only its input; its other tensors go as soon
+  // as the next GEMM is enqueued, and its backward re-runs GEMMs 0..3.
+  auto recomputed = [&](int i) {
+    return off.Recompute(i) ||
+           (i < int(s.checkpointed.size()) && s.checkpointed[i]);
+  };
   hooks.forward = [&](int i) {
     Saved& sv = saved[i];
+    const bool rc = recomputed(i);
     // Per GEMM: each tensor is pushed as soon as its producer is enqueued
     // (x is the layer's input, produced already), so Push records its
     // ready point right after that GEMM on the compute stream.
-    if (per_gemm) sv.x = push(x, "Push x");
+    if (per_gemm || rc) sv.x = push(x, "Push x");
     Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
     ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
            {&x}, &qkv);
-    if (per_gemm) sv.qkv = push(qkv, "Push qkv");
+    if (per_gemm && !rc) sv.qkv = push(qkv, "Push qkv");
     Tensor attn = NewActivation(be, T, H, "attn");
     ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(qkv), ex.weight(1), Ptr(attn)},
            {&qkv}, &attn);
-    if (per_gemm) sv.attn = push(attn, "Push attn");
+    if (rc) qkv = Tensor();
+    if (per_gemm && !rc) sv.attn = push(attn, "Push attn");
     Tensor o = NewActivation(be, T, H, "o");
     ex.Run(2, i, {false, false, T, H, H, Ptr(attn), ex.weight(2), Ptr(o)},
            {&attn}, &o);
-    if (per_gemm) sv.o = push(o, "Push o");
+    if (rc) attn = Tensor();
+    if (per_gemm && !rc) sv.o = push(o, "Push o");
     Tensor u = NewActivation(be, T, 4 * H, "u");
     ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(o), ex.weight(3), Ptr(u)},
            {&o}, &u);
-    if (per_gemm) sv.u = push(u, "Push u");
+    if (rc) o = Tensor();
+    if (per_gemm && !rc) sv.u = push(u, "Push u");
     Tensor y = NewActivation(be, T, H, "y");
     ex.Run(4, i, {false, false, T, H, 4 * H, Ptr(u), ex.weight(4), Ptr(y)},
            {&u}, &y);
-    if (!per_gemm) {  // --push_at=layer: all five after the last GEMM
+    if (!per_gemm && !rc) {  // --push_at=layer: all five after the last GEMM
       sv.x = push(x, "Push x");
       sv.qkv = push(qkv, "Push qkv");
       sv.attn = push(attn, "Push attn");
@@ -135,35 +205,63 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
       st = SavedTensor();
       return t;
     };
+    // A recomputed layer: its input popped, its forward GEMMs 0..3 re-run
+    // (the same GEMMs on the same bytes: the same results), their outputs
+    // used below in place of pops.
+    struct Recomputed {
+      Tensor x, qkv, attn, o, u;
+    };
+    std::optional<Recomputed> rc;
+    if (recomputed(i)) {
+      rc.emplace();
+      rc->x = pop(sv.x);
+      rc->qkv = NewActivation(be, T, 3 * H, "qkv");
+      ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(rc->x), ex.weight(0),
+                    Ptr(rc->qkv)}, {&rc->x}, &rc->qkv);
+      rc->attn = NewActivation(be, T, H, "attn");
+      ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(rc->qkv), ex.weight(1),
+                    Ptr(rc->attn)}, {&rc->qkv}, &rc->attn);
+      rc->o = NewActivation(be, T, H, "o");
+      ex.Run(2, i, {false, false, T, H, H, Ptr(rc->attn), ex.weight(2),
+                    Ptr(rc->o)}, {&rc->attn}, &rc->o);
+      rc->u = NewActivation(be, T, 4 * H, "u");
+      ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(rc->o), ex.weight(3),
+                    Ptr(rc->u)}, {&rc->o}, &rc->u);
+    }
+    // The saved tensor: recomputed (handed over: dropped after its GEMM as
+    // a popped one is) or popped.
+    auto take = [&](SavedTensor& st, Tensor Recomputed::*field) {
+      return rc.has_value() ? std::move((*rc).*field) : pop(st);
+    };
     ex.Run(5, i, {false, true, T, 4 * H, H, dy, ex.weight(4), du}, {}, nullptr);
     {
-      Tensor u = pop(sv.u);
+      Tensor u = take(sv.u, &Recomputed::u);
       ex.Run(6, i, {true, false, 4 * H, H, T, Ptr(u), dy, ex.grad(i, 4)}, {&u},
              nullptr);
     }
     ex.Run(7, i, {false, true, T, H, 4 * H, du, ex.weight(3), d_o}, {}, nullptr);
     {
-      Tensor o = pop(sv.o);
+      Tensor o = take(sv.o, &Recomputed::o);
       ex.Run(8, i, {true, false, H, 4 * H, T, Ptr(o), du, ex.grad(i, 3)}, {&o},
              nullptr);
     }
     ex.Run(9, i, {false, true, T, H, H, d_o, ex.weight(2), dattn}, {}, nullptr);
     {
-      Tensor attn = pop(sv.attn);
+      Tensor attn = take(sv.attn, &Recomputed::attn);
       ex.Run(10, i, {true, false, H, H, T, Ptr(attn), d_o, ex.grad(i, 2)},
              {&attn}, nullptr);
     }
     ex.Run(11, i, {false, true, T, 3 * H, H, dattn, ex.weight(1), dqkv}, {},
            nullptr);
     {
-      Tensor qkv = pop(sv.qkv);
+      Tensor qkv = take(sv.qkv, &Recomputed::qkv);
       ex.Run(12, i, {true, false, 3 * H, H, T, Ptr(qkv), dattn, ex.grad(i, 1)},
              {&qkv}, nullptr);
     }
     ex.Run(13, i, {false, true, T, H, 3 * H, dqkv, ex.weight(0), dx}, {},
            nullptr);
     {
-      Tensor xi = pop(sv.x);
+      Tensor xi = take(sv.x, &Recomputed::x);
       ex.Run(14, i, {true, false, H, 3 * H, T, Ptr(xi), dqkv, ex.grad(i, 0)},
              {&xi}, nullptr);
     }

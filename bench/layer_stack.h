@@ -23,6 +23,7 @@
 #ifndef OFFLOAD_BENCH_LAYER_STACK_H_
 #define OFFLOAD_BENCH_LAYER_STACK_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,6 +50,11 @@ struct Shape {
   int64_t hidden = 4096;
   int64_t tokens = 8192;
   PushAt push_at = PushAt::kGemm;
+  // Layers the step recomputes whatever the Offloader says (checkpointing,
+  // the --ckpt_k rows); empty: none. The Offloader's plan adds its own
+  // (Offloader::Recompute, SPEC §4.8). A recomputed layer pushes only x;
+  // its backward pops x and re-runs GEMMs 0..3 before GEMMs 5..14.
+  std::vector<bool> checkpointed;
 };
 
 // Forward GEMMs 0..4, backward GEMMs 5..14 (see the comment at the top).
@@ -106,10 +112,38 @@ inline int64_t BudgetForK(const Shape& s, double k) {
   return int64_t((s.layers - k) * double(SavedBytesPerLayer(s)));
 }
 
+// What a layer costs, for the joint plan (SPEC §4.8): it saves
+// SavedBytesPerLayer; recomputed it keeps x (T*H bf16) and re-creates qkv,
+// attn, o, u (9 T*H) by GEMMs 0..3; forward GEMMs 0..4, backward 5..14, at
+// the durations `ns`; copies at the given GB/s.
+RecomputeOptions StackRecompute(const Shape& s,
+                                const std::array<double, kGemms>& ns,
+                                double d2h_gbps, double h2d_gbps);
+
 // Offloader options of the benchmark: k of n layers (budget_k < 0), or the
 // byte budget BudgetForK(budget_k).
 OffloadOptions BenchOptions(const Shape& s, int k, double budget_k,
                             bool retain);
+
+// What a row runs: TE's k of n layers, the byte budget (SPEC §4.7), the
+// joint plan (§4.8), or recomputation alone (checkpointing).
+enum class RowMode { kLayers, kBudget, kJoint, kCheckpoint };
+inline const char* RowModeName(RowMode m) {
+  return m == RowMode::kLayers   ? "layers"
+         : m == RowMode::kBudget ? "budget"
+         : m == RowMode::kJoint  ? "joint"
+                                 : "ckpt";
+}
+
+// The Offloader options of a row (the k of a kLayers row is set by the
+// caller), and for a kCheckpoint row the layers `s` recomputes
+// (Shape::checkpointed, from PlanJoint without offloading) and that plan as
+// text. `gemm_ns` and the bandwidths are the layer costs of the joint plan.
+// Returns false (printed to stderr) when no checkpoint plan fits.
+bool RowOptions(Shape& s, RowMode mode, double budget_k,
+                const std::array<double, kGemms>& gemm_ns, double d2h_gbps,
+                double h2d_gbps, bool retain, OffloadOptions* options,
+                std::string* plan_text);
 
 // Offloader calls, for the host-cost breakdown.
 enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };

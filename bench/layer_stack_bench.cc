@@ -46,6 +46,7 @@
 #include "bench/pinned_bandwidth.h"
 #include "bench/report.h"
 #include "bench/sim_bound.h"
+#include "engine/joint_plan.h"
 
 namespace offload::bench {
 namespace {
@@ -73,6 +74,40 @@ void RunSimOnly(const Flags& flags) {
                 "offloaded %.3f GiB/step, hazards %zu\n",
                 b, GiB(BudgetForK(s, b)), r.step_ns / 1e6, GiB(r.peak_bytes),
                 GiB(r.bytes_offloaded), r.hazards);
+  }
+  // The joint plan (SPEC §4.8) and recompute alone, at the same budgets,
+  // with the bandwidths the simulator copies at.
+  for (RowMode mode : {RowMode::kJoint, RowMode::kCheckpoint}) {
+    for (double b : mode == RowMode::kJoint ? flags.joint_k : flags.ckpt_k) {
+      Shape rs = s;
+      OffloadOptions oo;
+      std::string plan_text;
+      if (!RowOptions(rs, mode, b, ns, 55.3, 55.4, false, &oo, &plan_text)) {
+        continue;
+      }
+      int recomputed = 0;
+      for (int l = 0; l < int(rs.checkpointed.size()); ++l) {
+        recomputed += rs.checkpointed[l];
+      }
+      if (mode == RowMode::kJoint) {  // the plan the Offloader will make
+        const JointProblem problem = JointProblemOf(oo);
+        StatusOr<JointPlan> plan = PlanJoint(problem);
+        if (!plan.ok()) {
+          std::printf("sim joint k=%g: %s\n", b,
+                      plan.status().ToString().c_str());
+          continue;
+        }
+        for (int l = 0; l < s.layers; ++l) recomputed += plan->Recompute(l);
+        plan_text = FormatJointPlan(*plan, problem);
+      }
+      SimResult r = SimulateSchedule(rs, oo, ns, 55.3, 55.4);
+      std::printf("sim %s k=%g (%.3f GiB): step %.3f ms, peak %.3f GiB, "
+                  "recomputed %d layers, offloaded %.3f GiB/step, hazards "
+                  "%zu\n%s",
+                  RowModeName(mode), b, GiB(BudgetForK(s, b)),
+                  r.step_ns / 1e6, GiB(r.peak_bytes), recomputed,
+                  GiB(r.bytes_offloaded), r.hazards, plan_text.c_str());
+    }
   }
 }
 

@@ -21,7 +21,6 @@ namespace offload::bench {
 
 SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
                      double peak_d2h, double peak_h2d) {
-  const Shape& s = flags.shape;
   CopyTimer& copies = GlobalCopyTimer();
   SweepResult result;
   std::vector<SweepRow>& rows = result.rows;
@@ -30,18 +29,39 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
 
   // k = 0 .. kmax with TE's k-of-n, then each --budget_k with the byte
   // budget (its first warm-up step is the recorded one).
+  // Then each --joint_k (the same budget planned with recompute, SPEC
+  // §4.8) and each --ckpt_k (recompute only, nothing offloaded).
   struct Config {
     int k;
     double budget_k;
+    RowMode mode;
   };
   std::vector<Config> configs;
-  for (int k = 0; k <= flags.kmax; ++k) configs.push_back({k, -1});
-  for (double b : flags.budget_k) configs.push_back({-1, b});
+  for (int k = 0; k <= flags.kmax; ++k) {
+    configs.push_back({k, -1, RowMode::kLayers});
+  }
+  for (double b : flags.budget_k) configs.push_back({-1, b, RowMode::kBudget});
+  for (double b : flags.joint_k) configs.push_back({-1, b, RowMode::kJoint});
+  for (double b : flags.ckpt_k) {
+    configs.push_back({-1, b, RowMode::kCheckpoint});
+  }
   for (const Config& config : configs) {
     const int k = config.k;
-    const OffloadOptions oo =
-        BenchOptions(s, std::max(k, 0), config.budget_k, flags.retain);
-    auto off = Must(Offloader::Create(be, oo), "Offloader::Create");
+    Shape s = flags.shape;
+    OffloadOptions oo;
+    std::string plan_text;
+    if (!RowOptions(s, config.mode, config.budget_k, gemm_ns, peak_d2h,
+                    peak_h2d, flags.retain, &oo, &plan_text)) {
+      continue;
+    }
+    if (config.mode == RowMode::kLayers) oo.offloaded_layers = k;
+    StatusOr<std::unique_ptr<Offloader>> created = Offloader::Create(be, oo);
+    if (!created.ok()) {  // e.g. no joint plan fits the budget
+      std::fprintf(stderr, "%s k=%g: %s\n", RowModeName(config.mode),
+                   config.budget_k, created.status().ToString().c_str());
+      continue;
+    }
+    std::unique_ptr<Offloader> off = std::move(created).value();
     for (int w = 0; w < flags.warmup; ++w) RunStep(ex, *off, s);
     Cuda(cudaDeviceSynchronize(), "sync");
     // Per-GEMM durations, for the bound (k=0), and at every k to see
@@ -113,10 +133,19 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     SweepRow row{};
     row.k = k;
     row.budget_k = config.budget_k;
+    row.mode = config.mode;
     if (config.budget_k >= 0) {
-      row.budget_bytes = *oo.activation_budget_bytes;
-      std::fprintf(stderr, "budget k=%g plan:\n%s", config.budget_k,
+      row.budget_bytes = BudgetForK(s, config.budget_k);
+      if (config.mode == RowMode::kJoint) plan_text = off->JointPlanText();
+      std::fprintf(stderr, "%s k=%g plan:\n%s%s", RowModeName(config.mode),
+                   config.budget_k, plan_text.c_str(),
                    off->BudgetPlanText().c_str());
+    }
+    for (int l = 0; l < s.layers; ++l) {
+      if (off->Recompute(l) ||
+          (l < int(s.checkpointed.size()) && s.checkpointed[l])) {
+        ++row.recomputed;
+      }
     }
     row.step_ns = Median(times);
     double sum_host = 0;
@@ -147,8 +176,9 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     if (flags.timeline_k >= 0 && (k == 0 || k == flags.timeline_k)) {
       result.timelines.push_back(CaptureStepTimeline(ex, *off, s, k));
     }
-    std::fprintf(stderr, "%s=%g done: step %.2f ms, bound %.2f ms\n",
-                 k >= 0 ? "k" : "budget k", k >= 0 ? double(k) : config.budget_k,
+    std::fprintf(stderr, "%s k=%g done: step %.2f ms, bound %.2f ms\n",
+                 RowModeName(config.mode),
+                 k >= 0 ? double(k) : config.budget_k,
                  row.step_ns / 1e6, row.bound_ns / 1e6);
     for (const std::string& w : off->diagnostics().warnings()) {
       std::fprintf(stderr, "  engine warning: %s\n", w.c_str());

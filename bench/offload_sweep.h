@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -21,7 +22,9 @@ namespace offload::bench {
 
 // The figures for one k, or one byte budget.
 struct SweepRow {
-  int k = 0;               // -1 for a byte-budget row
+  int k = 0;               // -1 for a byte-budget, joint or ckpt row
+  RowMode mode = RowMode::kLayers;
+  int recomputed = 0;      // layers recomputed per step
   double budget_k = -1;    // --budget_k value of a byte-budget row
   int64_t budget_bytes = 0;
   double step_ns = 0, host_ns_per_offloaded = 0, host_ns_per_push = 0;

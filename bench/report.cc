@@ -23,7 +23,8 @@ std::string Label(const SweepRow& r) {
   if (r.k >= 0) {
     std::snprintf(text, sizeof(text), "k=%d", r.k);
   } else {
-    std::snprintf(text, sizeof(text), "budget k=%g", r.budget_k);
+    std::snprintf(text, sizeof(text), "%s k=%g", RowModeName(r.mode),
+                  r.budget_k);
   }
   return text;
 }
@@ -39,7 +40,7 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
     return nullptr;
   };
   bool any = false;
-  for (const SweepRow& r : rows) any = any || r.k < 0;
+  for (const SweepRow& r : rows) any = any || r.mode == RowMode::kBudget;
   if (!any) return;
   std::printf("\n## Byte budget (SPEC §4.7) against k of %d layers\n\n"
               "Budget = the saved bytes of layers - k layers (what k-of-n keeps "
@@ -52,7 +53,7 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
               "bwd ms/layer (own) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const SweepRow& r : rows) {
-    if (r.k >= 0) continue;
+    if (r.mode != RowMode::kBudget) continue;
     const SweepRow* lo = k_row(int(r.budget_k));
     const SweepRow* hi = k_row(int(r.budget_k + 0.999));
     char te[64] = "-", te_peak[64] = "-";
@@ -71,6 +72,50 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
                 r.bound_ns / 1e6, r.step_ns / r.bound_ns, GiB(r.d2h_bytes),
                 r.host_ns_per_offloaded / 1e3, r.identical ? "yes" : "NO",
                 r.fwd_ns / 1e6, r.bwd_ns / 1e6);
+  }
+}
+
+// The joint plan's rows and recompute-only rows (SPEC §4.8) next to the
+// byte-budget row of the same budget, when this run has one.
+void PrintJointRows(const std::vector<SweepRow>& rows) {
+  const SweepRow& r0 = rows[0];
+  bool any = false;
+  for (const SweepRow& r : rows) {
+    any = any || r.mode == RowMode::kJoint || r.mode == RowMode::kCheckpoint;
+  }
+  if (!any) return;
+  auto budget_row = [&](double k) -> const SweepRow* {
+    for (const SweepRow& r : rows) {
+      if (r.mode == RowMode::kBudget && r.budget_k == k) return &r;
+    }
+    return nullptr;
+  };
+  std::printf(
+      "\n## Joint plan and recompute only (SPEC §4.8)\n\n"
+      "joint: the byte budget of the same k planned with recompute "
+      "(OffloadOptions::recompute; layer costs from k=0's GEMM times and the "
+      "pinned peak). ckpt: the layers PlanJoint recomputes without "
+      "offloading; nothing is offloaded. A recomputed layer saves only x "
+      "and re-runs its GEMMs 0..3 before its backward. Peaks are the "
+      "device pool's (everything the step allocates). The budget counts "
+      "saved tensors and re-created ones, not the forward's transients.\n\n");
+  std::printf("| row | budget k | budget GiB | step ms | ratio | act. peak GiB "
+              "| ratio | recomputed layers | offloaded GiB/step | byte budget "
+              "ratio (same k) | bound ms | measured/bound | bit-identical |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const SweepRow& r : rows) {
+    if (r.mode != RowMode::kJoint && r.mode != RowMode::kCheckpoint) continue;
+    char budget[32] = "-";
+    if (const SweepRow* b = budget_row(r.budget_k)) {
+      std::snprintf(budget, sizeof(budget), "x%.3f", b->step_ns / r0.step_ns);
+    }
+    std::printf("| %s | %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %d | %.2f "
+                "| %s | %.2f | %.3f | %s |\n",
+                RowModeName(r.mode), r.budget_k, GiB(r.budget_bytes),
+                r.step_ns / 1e6, r.step_ns / r0.step_ns, GiB(r.peak),
+                double(r.peak) / double(r0.peak), r.recomputed,
+                GiB(r.d2h_bytes), budget, r.bound_ns / 1e6,
+                r.step_ns / r.bound_ns, r.identical ? "yes" : "NO");
   }
 }
 
@@ -175,6 +220,7 @@ bool PrintSweep(const Shape& s, const SweepResult& sweep, double peak_d2h) {
   for (const SweepRow& r : rows) std::printf(" %zu", r.hazards);
   std::printf("\n");
   PrintBudgetRows(s, rows);
+  PrintJointRows(rows);
   bool ok = true;
   for (const SweepRow& r : rows) ok = ok && r.identical;
   std::printf("\noutputs and all %d weight gradients bit-identical to k=0: "

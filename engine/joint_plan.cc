@@ -109,8 +109,13 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
         " stay on device");
   };
 
-  // Forward, memory: which units are released before which.
-  std::vector<std::vector<int>> release_before(n);
+  // Forward, memory: which units are released during which, and at what
+  // fraction of its forward (its bytes arrive evenly while it runs).
+  struct Release {
+    int unit;
+    double at;  // fraction of the forward of the unit it makes room for
+  };
+  std::vector<std::vector<Release>> release_during(n);
   std::vector<bool> released(n, false);
   int64_t resident = 0;
   int next_candidate = 0;
@@ -121,8 +126,12 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
         ++next_candidate;
       }
       if (next_candidate >= i) break;
+      const double at =
+          need[i] > 0 ? double(std::max<int64_t>(0, p.budget - resident)) /
+                            double(need[i])
+                      : 0.0;
       released[next_candidate] = true;
-      release_before[i].push_back(next_candidate);
+      release_during[i].push_back({next_candidate, std::min(at, 1.0)});
       resident -= need[next_candidate];
     }
     if (resident + need[i] > p.budget) {
@@ -138,20 +147,29 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     }
   }
 
-  // Forward, time.
+  // Forward, time. A released unit's copy runs while it is produced: from
+  // its forward's start (after the copies before it), ending no earlier
+  // than its forward.
   double t = 0, d2h_free = 0;
   std::vector<double> d2h_done(n, 0);
   for (int i = 0; i < n; ++i) {
-    for (int j : release_before[i]) {
-      if (d2h_done[j] > t) {
-        plan.stall_ns += d2h_done[j] - t;
-        t = d2h_done[j];
+    const double start = t, forward = p.units[i].forward_ns;
+    double done = 0;  // fraction of this forward behind us
+    for (const Release& r : release_during[i]) {
+      const double reach = t + (r.at - done) * forward;
+      if (d2h_done[r.unit] > reach) {
+        plan.stall_ns += d2h_done[r.unit] - reach;
+        t = d2h_done[r.unit];
+      } else {
+        t = reach;
       }
+      done = r.at;
     }
-    t += p.units[i].forward_ns;
+    t += (1.0 - done) * forward;
     if (released[i]) {
-      d2h_free = std::max(d2h_free, t) +
-                 double(p.units[i].saved_bytes) / p.d2h_gbps;
+      d2h_free = std::max(std::max(d2h_free, start) +
+                              double(p.units[i].saved_bytes) / p.d2h_gbps,
+                          t);
       d2h_done[i] = d2h_free;
     }
   }

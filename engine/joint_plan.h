@@ -9,23 +9,23 @@
 // The model the plan predicts with (units in forward order; the backward
 // runs them in reverse, one at a time, on one compute stream; one copy
 // engine each way):
-//  - Forward. Before unit i runs, the bytes it saves (saved_bytes, or
-//    input_bytes when recomputed) must fit in the budget next to what is on
-//    device. If they do not, the earliest units not yet released and not
-//    recomputed are released, earliest first (the byte budget's rule,
-//    engine/budget/budget_plan.h), and the compute stream waits for their
-//    copies to host. A released unit's copy starts when its forward ends,
-//    after the copies queued before it, at d2h_gbps.
+//  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
+//    recomputed) arrive evenly while its forward runs and must fit in the
+//    budget next to what is on device. Where they would not, the earliest
+//    units not yet released and not recomputed are released, earliest first
+//    (the byte budget's rule, engine/budget/budget_plan.h), and the compute
+//    stream waits there for their copies to host. A released unit's copy
+//    runs at d2h_gbps from its forward's start (after the copies queued
+//    before it) and ends no earlier than its forward.
 //  - Backward. A recomputed unit holds recompute_bytes more while its
 //    backward runs and takes recompute_ns longer. Released units come back
 //    in order of need, each as early as the budget allows over the whole
 //    time it is then on device (it must fit next to every later unit's
 //    bytes until its own backward), at h2d_gbps; a unit's backward waits
 //    for its own reload.
-// The model is coarser than the engine (whole units, copies that start at a
-// unit's end rather than at each tensor's push): a plan that fits in it
-// fits in the engine, whose byte budget then picks the storages to offload
-// from its recorded iteration.
+// The model is coarser than the engine (fluid bytes instead of tensors,
+// whole units in the backward); the engine's byte budget then picks the
+// storages to offload from its recorded iteration, within the budget.
 
 #ifndef OFFLOAD_ENGINE_JOINT_PLAN_H_
 #define OFFLOAD_ENGINE_JOINT_PLAN_H_

@@ -63,20 +63,24 @@ TEST(JointPlanTest, CopiesThatHideAreFree) {
   EXPECT_EQ(plan.offloaded_bytes, 300);
 }
 
-// 4 units, budget 630, copies of 200 ns (1.5 GB/s).
-//  - Offload only: units 0 and 1 go to host. Unit 0's copy (100..300)
-//    holds unit 2 back 100 ns, unit 1's (300..500) holds unit 3 back
-//    100 ns: forward ends at 600; backward: unit 3 600..800, unit 2
-//    800..1000 while unit 1 reloads (800..1000), unit 1 1000..1200 while
-//    unit 0 reloads, unit 0 1200..1400. Step 1400.
+// 4 units, budget 630, copies of 300 ns (1 GB/s). A unit's bytes arrive
+// evenly over its forward; a released unit's copy runs from its forward's
+// start and ends no earlier than its forward.
+//  - Offload only: unit 0's copy runs 0..300, unit 1's 300..600. Unit 2
+//    needs unit 0 gone after 10% of its forward (210): waits until 300;
+//    unit 3 needs unit 1 gone at 400: waits until 600. Forward ends at 690
+//    (stalls 290). Backward: unit 3 690..890; unit 1 reloads 890..1190
+//    while unit 2 runs 890..1090; unit 0 reloads 1190..1490; unit 1 runs
+//    1190..1390, unit 0 1490..1690. Step 1690.
 //  - Checkpointing only: two recomputed units leave 660 bytes > 630, so
 //    three are: 400 + 800 + 300 = 1500.
-//  - Recompute unit 1, offload unit 0: 300 + 30 + 300 fit; unit 3 needs
-//    unit 0 gone at 300, when its copy is done. Forward 400, backward
-//    800, recompute 100, no stall: 1300 (recomputing unit 2 instead ties;
-//    the first set tried wins).
+//  - Recompute unit 1, offload unit 0: 300 + 30 + 300 fill the budget; unit
+//    3 needs unit 0 gone at its start (300), when its copy is done. Forward
+//    400; backward: unit 0 comes back 600..900 while unit 2 runs (330 +
+//    300 fit), unit 1 runs 800..1100 with its recompute, unit 0
+//    1100..1300. Step 1300, no stall.
 TEST(JointPlanTest, MixingBeatsBothOffloadingAndCheckpointing) {
-  JointProblem p = Stack(4, 1.5, 630);
+  JointProblem p = Stack(4, 1.0, 630);
   ASSERT_OK_AND_ASSIGN(JointPlan joint, PlanJoint(p));
   EXPECT_THAT(joint.choice, ElementsAre(O, R, K, K));
   EXPECT_DOUBLE_EQ(joint.step_ns, 1300);
@@ -87,8 +91,8 @@ TEST(JointPlanTest, MixingBeatsBothOffloadingAndCheckpointing) {
   p.allow_recompute = false;
   ASSERT_OK_AND_ASSIGN(JointPlan offload, PlanJoint(p));
   EXPECT_THAT(offload.choice, ElementsAre(O, O, K, K));
-  EXPECT_DOUBLE_EQ(offload.step_ns, 1400);
-  EXPECT_DOUBLE_EQ(offload.stall_ns, 200);
+  EXPECT_DOUBLE_EQ(offload.step_ns, 1690);
+  EXPECT_DOUBLE_EQ(offload.stall_ns, 490);
 
   p.allow_recompute = true;
   p.allow_offload = false;
@@ -161,7 +165,7 @@ TEST(JointPlanTest, ValidationCatchesAPlanThatIsNotTheModels) {
 }
 
 TEST(JointPlanTest, FormatShowsEveryUnitAndTheTotals) {
-  const JointProblem p = Stack(4, 1.5, 630);
+  const JointProblem p = Stack(4, 1.0, 630);
   ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
   const std::string text = FormatJointPlan(plan, p);
   EXPECT_THAT(text, HasSubstr("   1          300   0.000   0.000         0.000  recompute"));
