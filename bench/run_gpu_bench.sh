@@ -22,7 +22,9 @@
 # points, no timelines). BUDGET_K lists the byte-budget rows (--budget_k;
 # default 1,2,2.5,...,6; empty: none). GRAPH_K lists the CUDA graph rows
 # (--graph_k: the step captured once and launched, against eager steps of
-# the same k; default 0,2,4; empty: none).
+# the same k; default 0,2,4; empty: none). JOINT_K and CKPT_K list the joint
+# plan's rows and the recompute-only rows (--joint_k, --ckpt_k, SPEC §4.8;
+# default none).
 #
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
@@ -67,6 +69,10 @@ on_device() {
   local budget_k="${BUDGET_K-1,2,2.5,3,3.5,4,4.5,5,5.5,6}"
   local budget=()
   [[ -n "$budget_k" ]] && budget=(--budget_k="$budget_k")
+  # Joint-plan and recompute-only rows (SPEC §4.8; empty: none).
+  local joint_k="${JOINT_K-}" ckpt_k="${CKPT_K-}"
+  [[ -n "$joint_k" ]] && budget+=(--joint_k="$joint_k")
+  [[ -n "$ckpt_k" ]] && budget+=(--ckpt_k="$ckpt_k")
   # CUDA graph rows (SPEC §5.7; empty: none).
   local graph_k="${GRAPH_K-0,2,4}"
   local graph=()
