@@ -65,6 +65,10 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
       return invalid("activation_budget_bytes excludes manual_synchronization "
                      "and a schedule table");
     }
+    if (options.keep_host_copies) {
+      return invalid("activation_budget_bytes excludes keep_host_copies (the "
+                     "byte budget frees each unit after its last pop)");
+    }
   }
   std::optional<JointPlan> joint;
   if (options.recompute.has_value()) {
@@ -134,6 +138,8 @@ Status Offloader::BackwardStep(int layer) {
   return policy_->BackwardStep(layer);
 }
 Status Offloader::FinishBackward() { return policy_->FinishBackward(); }
+Status Offloader::AbandonIteration() { return policy_->AbandonIteration(); }
+Status Offloader::EndTraversal() { return policy_->EndTraversal(); }
 StatusOr<SavedTensor> Offloader::Push(const Tensor& tensor) {
   return policy_->Push(tensor);
 }

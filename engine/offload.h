@@ -94,8 +94,42 @@ class Offloader {
   Status BackwardStep(int layer);
 
   // After a backward pass: releases the last backward layer's memory and
-  // ends the iteration; the next ForwardStep starts layer 0 again.
+  // ends the iteration; the next ForwardStep starts layer 0 again. The pass
+  // may have stopped before layer 0 (frozen first layers, a detached input,
+  // backward(inputs=...)): every layer is released all the same.
+  // Errors: kFailedPrecondition if no BackwardStep was taken in the
+  //   iteration (use AbandonIteration); an ordering call failed (the
+  //   iteration ended all the same, that memory is kept and warned).
   Status FinishBackward();
+
+  // SPEC §7.2: the caller drops the iteration wherever it is (in the
+  // middle of a forward, after it, in its backward): every group is
+  // released, each free ordered after the copies that read it, a warning
+  // names the iteration and how far it got, and the next ForwardStep
+  // starts layer 0 of a new iteration. A byte budget's recording iteration
+  // is discarded (the next one records again). An OK no-op between
+  // iterations. Handles of the dropped iteration are refused by Pop.
+  // Errors: kFailedPrecondition during a warm-up or a graph capture
+  //   (nothing changed); an ordering call failed (the iteration ended all
+  //   the same, that memory is kept and warned).
+  Status AbandonIteration();
+
+  // SPEC §7.3: a backward pass over the iteration ended, but its graph
+  // lives on and may be traversed again (PyTorch's retain_graph). Reloaded
+  // memory is released (popped tensors the caller still holds go with
+  // their last holder); host copies stay; the next BackwardStep, of any
+  // layer that ran forward, begins another traversal whose schedule
+  // reloads the offloaded layers again. FinishBackward (no BackwardStep
+  // needed after an EndTraversal) or AbandonIteration ends the iteration.
+  // With keep_host_copies, a Pop of a layer whose device memory was
+  // released and whose reload has not started (a traversal in another
+  // order than the schedule's) starts the reload itself. An OK no-op when
+  // disabled.
+  // Errors: kFailedPrecondition without keep_host_copies, or if no
+  //   BackwardStep ran since the iteration's last traversal (nothing
+  //   changed); an ordering call failed (the traversal ended all the same,
+  //   that memory is kept and warned).
+  Status EndTraversal();
 
   // The saved-tensor pack hook. Tensors that are never offloaded (SPEC §1.2)
   // and all tensors of layers that will not be offloaded come back from Pop

@@ -61,6 +61,13 @@ struct OffloadOptions {
   // within the budget (PlanJoint); Offloader::Recompute(layer) says which
   // layers the caller recomputes. Create fails if no plan fits.
   std::optional<RecomputeOptions> recompute;
+  // SPEC §7.3, for callers whose graphs may be traversed more than once
+  // (PyTorch's retain_graph): a layer's host copy stays until the
+  // iteration ends (FinishBackward or AbandonIteration) instead of going
+  // when the next layer's backward begins, so that EndTraversal can let a
+  // later backward pass reload it again. Device memory is released as
+  // without it. Not with activation_budget_bytes (Create refuses it).
+  bool keep_host_copies = false;
 };
 
 // The joint plan's problem for `options` (SPEC §4.8): the declared layers,

@@ -428,6 +428,42 @@ Status BudgetPolicy::FinishBackward() {
     plan_.reset();
     recording_.reset();
   }
+  ResetIteration();
+  return first.WithContext("FinishBackward (the iteration ended)");
+}
+
+Status BudgetPolicy::AbandonIteration() {
+  Busy busy(busy_);
+  if (!options_.enabled || forward_count_ == 0) {
+    forward_count_ = 0;
+    return OkStatus();
+  }
+  const std::string where = "AbandonIteration of " + Iteration();
+  core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
+             " of " + std::to_string(options_.model_layers) +
+             " layers' forward and " + std::to_string(backward_count_) +
+             " layers' backward; its memory was released" +
+             (plan_.has_value() ? ""
+                                : " (its recording is discarded: the next "
+                                  "iteration records again)"));
+  Status first = EndIteration(core_, groups_, options_.retain_pinned_buffers);
+  if (diverged_) {
+    plan_.reset();
+    recording_.reset();
+  }
+  ResetIteration();
+  return first.WithContext(where + " (the iteration ended)");
+}
+
+Status BudgetPolicy::EndTraversal() {
+  if (!options_.enabled) return OkStatus();
+  return FailedPreconditionError(
+      "EndTraversal of " + Iteration() +
+      ": a byte budget frees each unit after its last pop, so its graph "
+      "cannot be traversed twice (retain_graph); use k of n layers");
+}
+
+void BudgetPolicy::ResetIteration() {
   handles_.NextIteration();
   diverged_ = false;
   forward_count_ = 0;
@@ -444,7 +480,6 @@ Status BudgetPolicy::FinishBackward() {
   deferred_frees_.clear();
   next_reload_ = 0;
   live_views_.clear();
-  return first.WithContext("FinishBackward (the iteration ended)");
 }
 
 }  // namespace offload

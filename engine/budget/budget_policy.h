@@ -62,6 +62,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   StatusOr<int> ForwardStep() override;
   Status BackwardStep(int layer) override;
   Status FinishBackward() override;
+  Status AbandonIteration() override;
+  Status EndTraversal() override;
   StatusOr<SavedTensor> Push(const Tensor& tensor) override;
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
   StatusOr<Tensor> Pop(const SavedTensor& saved) override;
@@ -185,6 +187,9 @@ class BudgetPolicy final : public OffloaderPolicy {
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
+  // Resets this iteration's state for the next one (FinishBackward,
+  // AbandonIteration).
+  void ResetIteration();
   // Counts a backward call of the layer whose backward runs (recorded for
   // BudgetRecording::held_outside).
   void CountBackwardCall();

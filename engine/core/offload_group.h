@@ -157,6 +157,15 @@ class OffloadGroup {
   //   core (warned), never freed unordered.
   Status ReleaseAll(bool retain_pinned);
 
+  // SPEC §7.3: the group's backward ended but its graph may be traversed
+  // again. From reload_started, frees the reloaded spans (ordered as
+  // ReleaseAll does; spans the caller still holds go with their last
+  // holder) and returns to offload_finished: the host copy stays, and a
+  // later StartReload brings it back again. A no-op in any other state.
+  // Errors: an ordering call failed (that memory is kept, warned); the
+  //   group is back in offload_finished all the same.
+  Status DropReloaded();
+
   // Push's path: records the tensor's ready point on the compute stream
   // when it has none, and adds it. Returns its index for Pop.
   // Errors: what NewEvent or Record return (nothing added).
@@ -225,6 +234,9 @@ class OffloadGroup {
   void* HostData(const Span& span) const;
   // Frees (or pools) the pinned buffers after the last copy using them.
   Status ReleaseHost(bool retain_pinned);
+  // Frees (or leaves to their outside holder) the reloaded spans, each
+  // ordered after its reload and its readers.
+  Status FreeReloaded();
   // The pool tag of each span's pinned buffer.
   std::vector<int64_t> SpanTags() const;
   // Makes the D2H stream wait for the compute stream's current point.

@@ -252,6 +252,26 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
       first.Update(DropDeviceStorages(/*ordered=*/false, ordered));
     }
   }
+  first.Update(FreeReloaded());
+  // Pinned buffers are free once the last copy that used them is done.
+  first.Update(ReleaseHost(retain_pinned));
+  entries_.clear();
+  spans_.clear();
+  copies_pending_ = false;
+  released_unordered_ = false;
+  state_ = GroupState::kReleased;
+  return first;
+}
+
+Status OffloadGroup::DropReloaded() {
+  if (state_ != GroupState::kReloadStarted) return OkStatus();
+  Status first = FreeReloaded();
+  state_ = GroupState::kOffloadFinished;
+  return first;
+}
+
+Status OffloadGroup::FreeReloaded() {
+  Status first = OkStatus();
   for (size_t k = 0; k < spans_.size(); ++k) {
     Span& span = spans_[k];
     if (span.reloaded == nullptr) continue;
@@ -270,14 +290,8 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
       }
     }
     span.reloaded.reset();
+    span.waited = false;
   }
-  // Pinned buffers are free once the last copy that used them is done.
-  first.Update(ReleaseHost(retain_pinned));
-  entries_.clear();
-  spans_.clear();
-  copies_pending_ = false;
-  released_unordered_ = false;
-  state_ = GroupState::kReleased;
   return first;
 }
 

@@ -86,7 +86,10 @@ Status LayerPolicy::BackwardStep(int layer) {
   // stays so, even if an ordering call failed (its memory is then kept).
   if (last_backward_ >= 0) {
     OffloadGroup& previous = Group(last_backward_);
-    if (previous.state() != GroupState::kReleased) {
+    if (options_.keep_host_copies) {
+      // SPEC §7.3: its host copy stays for a later traversal.
+      OFFLOAD_RETURN_IF_ERROR(previous.DropReloaded().WithContext(where));
+    } else if (previous.state() != GroupState::kReleased) {
       OFFLOAD_RETURN_IF_ERROR(
           previous.ReleaseAll(retain_pinned_)
               .WithContext(where));
@@ -105,18 +108,71 @@ Status LayerPolicy::FinishBackward() {
     forward_count_ = 0;
     return OkStatus();
   }
-  OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
+  // After EndTraversal the iteration may end without another step.
+  if (traversals_ == 0) {
+    OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
+  }
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
+  return EndThisIteration().WithContext("FinishBackward (the iteration ended)");
+}
+
+Status LayerPolicy::EndThisIteration() {
   open_layer_ = -1;
-  Status first =
-      EndIteration(core_, groups_, retain_pinned_);
+  Status first = EndIteration(core_, groups_, retain_pinned_);
   handles_.NextIteration();
   forward_count_ = 0;
   backward_count_ = 0;
   last_backward_ = -1;
+  traversals_ = 0;
   backward_begun_.assign(options_.model_layers, false);
-  return first.WithContext("FinishBackward (the iteration ended)");
+  return first;
+}
+
+Status LayerPolicy::AbandonIteration() {
+  if (!options_.enabled) {
+    forward_count_ = 0;
+    return OkStatus();
+  }
+  const std::string where = "AbandonIteration of " + Iteration();
+  if (warmup_ || capturing_) {
+    return FailedPreconditionError(
+        where + ": not during a " +
+        std::string(capturing_ ? "graph capture" : "warm-up") +
+        " (finish the iteration: FinishBackward)");
+  }
+  if (forward_count_ == 0) return OkStatus();  // between iterations
+  core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
+             " of " + std::to_string(options_.model_layers) +
+             " layers' forward and " + std::to_string(backward_count_) +
+             " layers' backward (" + std::to_string(traversals_) +
+             " earlier backward passes); its memory was released");
+  return EndThisIteration().WithContext(where + " (the iteration ended)");
+}
+
+Status LayerPolicy::EndTraversal() {
+  if (!options_.enabled) return OkStatus();
+  const std::string where = "EndTraversal of " + Iteration();
+  if (!options_.keep_host_copies) {
+    return FailedPreconditionError(
+        where + ": needs keep_host_copies (without it each layer's host "
+                "copy goes when its backward ends)");
+  }
+  if (backward_count_ == 0) {
+    return FailedPreconditionError(where + ": no BackwardStep since the " +
+                                   (traversals_ == 0 ? "forward"
+                                                     : "last traversal"));
+  }
+  Status first = OkStatus();
+  for (auto& group : groups_) {
+    if (group != nullptr) first.Update(group->DropReloaded());
+  }
+  first.Update(core_.RetryKept());
+  backward_count_ = 0;
+  last_backward_ = -1;
+  backward_begun_.assign(options_.model_layers, false);
+  ++traversals_;
+  return first.WithContext(where);
 }
 
 Status LayerPolicy::CheckPush(const std::string& what) const {
@@ -193,7 +249,15 @@ StatusOr<Tensor> LayerPolicy::PopOne(const SavedTensor& saved) {
     return InvalidArgumentError("Pop: a malformed SavedTensor (" +
                                 LayerName(entry->group) + " has no group)");
   }
-  return groups_[entry->group]->Pop(entry->index);
+  OffloadGroup& group = *groups_[entry->group];
+  // SPEC §7.3: a later traversal may reach a layer in another order than
+  // the schedule's, or a pass pop a layer whose backward it already left;
+  // its reload starts at its first pop.
+  if (options_.keep_host_copies &&
+      group.state() == GroupState::kOffloadFinished) {
+    OFFLOAD_RETURN_IF_ERROR(group.StartReload());
+  }
+  return group.Pop(entry->index);
 }
 
 StatusOr<Tensor> LayerPolicy::Pop(const SavedTensor& saved) {

@@ -50,6 +50,8 @@ class LayerPolicy final : public OffloaderPolicy {
   StatusOr<int> ForwardStep() override;
   Status BackwardStep(int layer) override;
   Status FinishBackward() override;
+  Status AbandonIteration() override;
+  Status EndTraversal() override;
   StatusOr<SavedTensor> Push(const Tensor& tensor) override;
   StatusOr<SavedTensor> Push(const CompositeTensor& tensor) override;
   StatusOr<Tensor> Pop(const SavedTensor& saved) override;
@@ -99,6 +101,9 @@ class LayerPolicy final : public OffloaderPolicy {
   void CheckCapturedOffload(int layer);
   std::string Iteration() const { return handles_.Iteration(); }
   Status CloseForward();
+  // Releases every group and readies the next iteration (FinishBackward,
+  // AbandonIteration). Errors: the first failed ordering call.
+  Status EndThisIteration();
   Status RunStep(int step);
   Status CheckPush(const std::string& what) const;
   Status CheckHandle(const SavedTensor& saved, const char* call) const;
@@ -137,6 +142,7 @@ class LayerPolicy final : public OffloaderPolicy {
   int open_layer_ = -1;     // the layer whose pushes are being collected
   int last_backward_ = -1;  // released when the next backward step begins
   std::vector<bool> backward_begun_;
+  int traversals_ = 0;      // backward passes ended by EndTraversal
 
   // Pinned buffers are pooled per layer (retain_pinned_buffers, or after a
   // capture, whose graph refers to them).

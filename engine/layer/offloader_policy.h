@@ -37,6 +37,8 @@ class OffloaderPolicy {
   virtual StatusOr<int> ForwardStep() = 0;
   virtual Status BackwardStep(int layer) = 0;
   virtual Status FinishBackward() = 0;
+  virtual Status AbandonIteration() = 0;
+  virtual Status EndTraversal() = 0;
   virtual StatusOr<SavedTensor> Push(const Tensor& tensor) = 0;
   virtual StatusOr<SavedTensor> Push(const CompositeTensor& tensor) = 0;
   virtual StatusOr<Tensor> Pop(const SavedTensor& saved) = 0;
