@@ -6,7 +6,8 @@
 # TinyXML-2 (the timeline tool and its test), GLPK (the linear program of
 # //bench:limit, docs/limit.md), CPU PyTorch with its headers, pybind11,
 # ninja and pytest (//python:python_test builds the PyTorch package with
-# torch.utils.cpp_extension). Idempotent: packages already
+# torch.utils.cpp_extension), pip, setuptools and wheel (`pip install
+# --no-build-isolation ./python` builds with them, offline). Idempotent: packages already
 # present are not touched, and nothing is downloaded when all are there.
 set -euo pipefail
 
@@ -28,6 +29,9 @@ packages=(
   pybind11-dev
   ninja-build
   python3-pytest
+  python3-pip
+  python3-setuptools
+  python3-wheel
 )
 
 missing=()

@@ -1,36 +1,58 @@
-"""Builds the C++ engine into actoffload._C with torch.utils.cpp_extension.
+"""Builds the C++ engine into actoffload's extension module.
 
 The extension is the engine (engine/), the simulated GPU (backends/sim/),
 the CUDA backend (backends/cuda/, only when CUDA is there) and the binding
-(actoffload/csrc/), compiled from this checkout: nothing is downloaded.
-`pip install --no-build-isolation ./python` compiles it once (setup.py);
-otherwise the first import compiles it into a cache folder
-(ACTOFFLOAD_BUILD_DIR, default ~/.cache/actoffload) and later imports load
-it from there, rebuilding only what changed.
+(actoffload/csrc/), compiled from this checkout: nothing is downloaded. The
+files are listed once, in sources.txt beside this file (Bazel's filegroups
+are kept equal to it by //python:sources_list_test).
+
+Two ways to get the module:
+  - `pip install --no-build-isolation ./python` compiles it once, with
+    python/setup.py, into the installed package as actoffload._C;
+    load_extension() imports that (load_installed()) and compiles nothing.
+  - In a checkout without an installed module, the first import compiles it
+    with cpp_extension.load into a cache folder (ACTOFFLOAD_BUILD_DIR,
+    default ~/.cache/actoffload) and later imports load it from there,
+    rebuilding only what changed.
+
+python/setup.py loads this file by its path (no package import, no torch
+needed to read it): keep its module-level imports to the standard library.
 """
 
-import glob
+import importlib
+import importlib.util
 import os
+import sys
+import time
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # python/actoffload -> the repository root (engine/, backends/ live there).
 REPO_ROOT = os.path.dirname(os.path.dirname(PACKAGE_DIR))
+SOURCES_FILE = os.path.join(PACKAGE_DIR, "sources.txt")
+# The module pip install builds into the package (setup.py uses this name).
+INSTALLED_MODULE = "actoffload._C"
 
 
-def _sources(root, with_cuda):
-    def pick(pattern):
-        return sorted(
-            path for path in glob.glob(os.path.join(root, pattern), recursive=True)
-            if not path.endswith("_test.cc"))
-
-    sources = pick("engine/**/*.cc") + pick("backends/sim/*.cc")
-    sources += pick("python/actoffload/csrc/session.cc")
-    sources += pick("python/actoffload/csrc/bindings.cc")
-    if with_cuda:
-        sources += [os.path.join(root, "backends/cuda", name) for name in (
-            "cuda_backend.cc", "cuda_graph.cc", "cuda_memory.cc",
-            "pinned_arena.cc")]
-        sources += pick("python/actoffload/csrc/torch_cuda.cc")
+def read_sources(with_cuda, root=REPO_ROOT, sources_file=SOURCES_FILE):
+    """The paths in sources.txt under root; "cuda:" lines only with_cuda.
+    Raises ImportError naming the first listed file that is not there."""
+    sources = []
+    with open(sources_file, encoding="utf-8") as listing:
+        for line in listing:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            cuda_only = line.startswith("cuda:")
+            if cuda_only:
+                line = line[len("cuda:"):].strip()
+            if cuda_only and not with_cuda:
+                continue
+            path = os.path.join(root, line)
+            if not os.path.isfile(path):
+                raise ImportError(
+                    f"actoffload: {line}, listed in {sources_file}, is not "
+                    f"at {path}")
+            sources.append(path)
     return sources
 
 
@@ -50,29 +72,54 @@ def extension_args(root=REPO_ROOT, with_cuda=None):
         with_cuda = cuda_wanted()
     if not os.path.isdir(os.path.join(root, "engine")):
         raise ImportError(
-            f"actoffload: the engine's sources are not at {root}/engine; "
-            "build from a checkout of the repository (pip install "
-            "--no-build-isolation ./python)")
+            f"actoffload: no compiled module ({INSTALLED_MODULE}) is installed "
+            f"and the engine's sources are not at {root}/engine to build one; "
+            "from a checkout of the repository, install it with "
+            "`pip install --no-build-isolation ./python`")
     flags = ["-std=c++20", os.environ.get("ACTOFFLOAD_OPT", "-O2"), "-DNDEBUG"]
     if with_cuda:
         flags.append("-DACTOFFLOAD_WITH_CUDA")
     return {
         "name": "actoffload_C_cuda" if with_cuda else "actoffload_C_cpu",
-        "sources": _sources(root, with_cuda),
+        "sources": read_sources(with_cuda, root),
         "extra_cflags": flags,
         "extra_include_paths": [root],
         "with_cuda": with_cuda,
     }
 
 
-def load_extension(verbose=False):
-    """Compiles (if needed) and imports the extension module."""
+def load_installed():
+    """The module that pip install compiled into the package (actoffload._C),
+    or None when there is none (a checkout). One that is there but fails to
+    load (say, built against another torch) raises ImportError."""
+    if importlib.util.find_spec(INSTALLED_MODULE) is None:
+        return None
     try:
-        import torch  # noqa: F401
-        from torch.utils import cpp_extension
+        return importlib.import_module(INSTALLED_MODULE)
     except ImportError as error:
         raise ImportError(
-            "actoffload needs PyTorch (import torch failed: %s)" % error) from error
+            f"actoffload: the installed {INSTALLED_MODULE} does not load "
+            f"({error}); was it built against another torch? Reinstall with "
+            "`pip install --no-build-isolation ./python`") from error
+
+
+def _build_is_stale(library, sources):
+    """Whether cpp_extension.load will compile: no library yet, or a source
+    or a header beside one newer than it (a guess for the message only; ninja
+    decides)."""
+    if not os.path.exists(library):
+        return True
+    built = os.path.getmtime(library)
+    folders = {os.path.dirname(path) for path in sources}
+    headers = [os.path.join(folder, name) for folder in folders
+               for name in os.listdir(folder) if name.endswith(".h")]
+    return any(os.path.getmtime(path) > built for path in sources + headers)
+
+
+def load_jit(verbose=False):
+    """Compiles (if needed) into the cache folder and imports the module, from
+    this checkout's sources (the development build)."""
+    from torch.utils import cpp_extension
     args = extension_args()
     build_dir = os.environ.get("ACTOFFLOAD_BUILD_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "actoffload", args["name"])
@@ -82,7 +129,19 @@ def load_extension(verbose=False):
     if args["with_cuda"]:
         extra_ldflags = ["-L" + os.path.join(cpp_extension.CUDA_HOME, "lib64"),
                          "-lcudart"]
-    return cpp_extension.load(
+    library = os.path.join(build_dir, args["name"] + ".so")
+    first = not os.path.exists(library)
+    if _build_is_stale(library, args["sources"]):
+        print(f"actoffload: compiling the C++ engine ({len(args['sources'])} "
+              f"sources{', CUDA' if args['with_cuda'] else ''}) into "
+              f"{build_dir} with MAX_JOBS={os.environ['MAX_JOBS']}; "
+              + ("the first build takes about 1.5 min on 2 cores, 40 s on "
+                 "16; later imports reuse it"
+                 if first else "only what changed is recompiled")
+              + " (`pip install --no-build-isolation ./python` builds it "
+              "once instead)", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    module = cpp_extension.load(
         name=args["name"], sources=args["sources"],
         extra_cflags=args["extra_cflags"],
         extra_include_paths=args["extra_include_paths"]
@@ -90,3 +149,22 @@ def load_extension(verbose=False):
            if args["with_cuda"] else []),
         extra_ldflags=extra_ldflags, with_cuda=args["with_cuda"],
         build_directory=build_dir, verbose=verbose)
+    elapsed = time.monotonic() - start
+    if elapsed > 2:
+        print(f"actoffload: built in {elapsed:.0f} s ({library})",
+              file=sys.stderr, flush=True)
+    return module
+
+
+def load_extension(verbose=False):
+    """The extension module: the installed actoffload._C if there is one,
+    else the development build from this checkout (load_jit)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            "actoffload needs PyTorch (import torch failed: %s)" % error) from error
+    module = load_installed()
+    if module is not None:
+        return module
+    return load_jit(verbose)
