@@ -56,6 +56,12 @@ struct OffloadOptions {
   // iterations after it. offloaded_layers is then ignored. Excludes
   // manual_synchronization and a schedule table.
   std::optional<int64_t> activation_budget_bytes;
+  // With activation_budget_bytes: plan for the smallest budget any plan can
+  // keep for the recorded iteration when that is more (torchtune's "offload
+  // every activation"). Without it, such a budget is refused once: the
+  // FinishBackward that plans returns kResourceExhausted naming the
+  // smallest that fits, and plans for that.
+  bool smallest_budget = false;
   // SPEC §4.8, with activation_budget_bytes: at Create the Offloader plans
   // per layer keep / offload / recompute for the least predicted step
   // within the budget (PlanJoint); Offloader::Recompute(layer) says which

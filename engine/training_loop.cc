@@ -63,6 +63,21 @@ class LoopPool : public std::enable_shared_from_this<LoopPool> {
   void OnDestroyed(LoopIteration& iteration);
 
   int pooled() const { return static_cast<int>(offloaders_.size()); }
+  std::vector<const Offloader*> All() const {
+    std::vector<const Offloader*> all;
+    for (const auto& offloader : offloaders_) all.push_back(offloader.get());
+    return all;
+  }
+  void EndLayer() { layer_offloaded_ = false; }
+  const Diagnostics& diagnostics() const { return diagnostics_; }
+  bool offloading() const {
+    return current_ != nullptr && current_->state == LoopState::kForward &&
+           layer_offloaded_;
+  }
+  Offloader* ManualTarget() {
+    if (current_ != nullptr) return offloaders_[current_->offloader].get();
+    return last_offloader_ >= 0 ? offloaders_[last_offloader_].get() : nullptr;
+  }
   int live() const { return static_cast<int>(live_.size()); }
   int64_t OffloadedBytes() const;
   std::vector<std::string> Warnings() const;
@@ -102,6 +117,7 @@ class LoopPool : public std::enable_shared_from_this<LoopPool> {
   std::vector<LoopIteration*> pass_;        // reached by the running pass
   uint64_t next_id_ = 1;
   int last_offloader_ = -1;
+  bool layer_offloaded_ = false;  // the open layer's (offloading())
 };
 
 // --- IterationRef, LoopSaved -------------------------------------------------
@@ -231,8 +247,10 @@ StatusOr<LoopLayer> LoopPool::ForwardStep(int expected) {
           " was next (a layer run twice or skipped); it runs outside "
           "offloading, its saved tensors stay on device");
     }
+    layer_offloaded_ = false;
     return LoopLayer{};
   }
+  layer_offloaded_ = false;
   StatusOr<int> layer = OffloaderOf(iteration).ForwardStep();
   if (!layer.ok()) {
     std::shared_ptr<LoopIteration> failed = std::move(current_);
@@ -243,7 +261,10 @@ StatusOr<LoopLayer> LoopPool::ForwardStep(int expected) {
   LoopLayer out;
   out.iteration = IterationRef(current_);
   out.layer = *layer;
-  out.offloaded = OffloaderOf(iteration).WillOffload(*layer);
+  // A byte budget records every push of its first iteration.
+  out.offloaded = options_.activation_budget_bytes.has_value() ||
+                  OffloaderOf(iteration).WillOffload(*layer);
+  layer_offloaded_ = out.offloaded;
   return out;
 }
 
@@ -257,6 +278,7 @@ Status LoopPool::AbandonForward() {
 
 void LoopPool::EndForward() {
   if (current_ != nullptr) current_->forward_ended = true;
+  layer_offloaded_ = false;
 }
 
 StatusOr<TrainingLoop::Pushed> LoopPool::Push(const Tensor& tensor) {
@@ -354,7 +376,17 @@ Status LoopPool::End(LoopIteration& iteration, bool abandon,
 }
 
 void LoopPool::OnUnreferenced(LoopIteration& iteration) {
-  if (current_.get() == &iteration) return;  // its forward runs
+  if (current_.get() == &iteration) {
+    // In the middle of its forward the next ForwardStep decides; once it
+    // ran all its layers or EndForward ended it, no forward runs and
+    // nothing can hold it again: abandoned now, as at the next forward.
+    if (!iteration.forward_ended &&
+        iteration.forward_count < options_.model_layers) {
+      return;
+    }
+    DetachCurrent();
+    return;
+  }
   switch (iteration.state) {
     case LoopState::kForward:
       Note(End(iteration, /*abandon=*/true,
@@ -427,6 +459,10 @@ StatusOr<LoopLayer> TrainingLoop::ForwardStep(int expected) {
 }
 Status TrainingLoop::AbandonForward() { return pool_->AbandonForward(); }
 void TrainingLoop::EndForward() { pool_->EndForward(); }
+void TrainingLoop::EndLayer() { pool_->EndLayer(); }
+const Diagnostics& TrainingLoop::diagnostics() const {
+  return pool_->diagnostics();
+}
 StatusOr<TrainingLoop::Pushed> TrainingLoop::Push(const Tensor& tensor) {
   return pool_->Push(tensor);
 }
@@ -452,5 +488,10 @@ const Offloader* TrainingLoop::current_offloader() const {
 const Offloader* TrainingLoop::offloader(const IterationRef& iteration) const {
   return iteration.empty() ? nullptr : pool_->Of(*iteration.iteration_);
 }
+std::vector<const Offloader*> TrainingLoop::offloaders() const {
+  return pool_->All();
+}
+bool TrainingLoop::offloading() const { return pool_->offloading(); }
+Offloader* TrainingLoop::manual_target() { return pool_->ManualTarget(); }
 
 }  // namespace offload

@@ -143,6 +143,9 @@ class TrainingLoop {
   // Ends the running forward: the next ForwardStep begins a new iteration
   // (a caller that knows where its forward ends: a context's exit).
   void EndForward();
+  // The open layer's forward ended (a module's forward hook): tensors saved
+  // until the next ForwardStep stay on device.
+  void EndLayer();
 
   // The pack hook. Tensors the engine does not take (SPEC §1.2, kept-on-
   // device layers, no layer open) come back with `kept` set and no
@@ -186,6 +189,19 @@ class TrainingLoop {
   const Offloader* current_offloader() const;
   // The Offloader serving `iteration`; nullptr once it is done.
   const Offloader* offloader(const IterationRef& iteration) const;
+  // The loop's own warnings (abandoned iterations, layers run outside
+  // offloading); Warnings() adds the Offloaders'.
+  const Diagnostics& diagnostics() const;
+  // Every pooled Offloader (stats summed over them, tests).
+  std::vector<const Offloader*> offloaders() const;
+  // Whether a Push now would reach the engine: a layer of the running
+  // forward is open and the engine may offload it (SPEC §4.4: other
+  // tensors skip all processing).
+  bool offloading() const;
+  // Manual synchronization (Offloader::StartOffload, ...): the Offloader
+  // of the running forward or, once its backward began, of the last one
+  // made. nullptr before any forward.
+  Offloader* manual_target();
 
  private:
   explicit TrainingLoop(std::shared_ptr<LoopPool> pool);

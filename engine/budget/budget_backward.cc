@@ -382,7 +382,15 @@ Status BudgetPolicy::MakePlan() {
       }
     }
   }
-  StatusOr<BudgetPlan> plan = PlanBudget(recording, budget_);
+  // SPEC §7.8: a budget no plan can keep is refused once, naming the
+  // smallest that fits, which is planned instead (the loop goes on).
+  StatusOr<int64_t> smallest = SmallestBudget(recording);
+  int64_t budget = budget_;
+  if (smallest.ok() && *smallest > budget_) {
+    budget = *smallest;
+    if (!options_.smallest_budget) refused_ = *smallest;
+  }
+  StatusOr<BudgetPlan> plan = PlanBudget(recording, budget);
   if (!plan.ok()) {
     recording_.reset();
     plan_.reset();
@@ -405,6 +413,15 @@ Status BudgetPolicy::MakePlan() {
                    [this](int a, int b) {
                      return plan_->reload_at[a] < plan_->reload_at[b];
                    });
+  if (refused_.has_value()) {
+    const int64_t fits = *refused_;
+    refused_.reset();
+    return ResourceExhaustedError(
+        "activation budget of " + std::to_string(budget_) +
+        " bytes: no plan keeps it (the smallest budget that fits this "
+        "workload is " + std::to_string(fits) + " bytes); planned for " +
+        std::to_string(fits) + " bytes instead");
+  }
   return OkStatus();
 }
 

@@ -90,6 +90,25 @@ Status ValidateRecording(const BudgetRecording& r) {
   return OkStatus();
 }
 
+StatusOr<int64_t> SmallestBudget(const BudgetRecording& recording) {
+  OFFLOAD_RETURN_IF_ERROR(ValidateRecording(recording));
+  int64_t high = 1;
+  for (const BudgetUnit& unit : recording.units) high += unit.bytes;
+  int64_t held = 0;
+  for (int64_t bytes : recording.held_outside) held = std::max(held, bytes);
+  high += held;
+  int64_t low = 0;  // infeasible (budgets must be positive)
+  while (high - low > 1) {
+    const int64_t middle = low + (high - low) / 2;
+    if (PlanBudget(recording, middle).ok()) {
+      high = middle;
+    } else {
+      low = middle;
+    }
+  }
+  return high;
+}
+
 StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   if (budget <= 0) {
     return InvalidArgumentError("activation budget must be positive, got " +

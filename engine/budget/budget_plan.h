@@ -109,6 +109,11 @@ struct BudgetPlan {
 StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
                                 int64_t budget);
 
+// The least budget PlanBudget can keep for `recording` (searched between 1
+// and every unit's bytes plus the most held outside, where nothing needs to
+// move; feasibility grows with the budget). Errors: as ValidateRecording.
+StatusOr<int64_t> SmallestBudget(const BudgetRecording& recording);
+
 // Checks a recording: units in order of first push, pushes in range and
 // not interleaved within a layer's unit, dropped after its last push, uses
 // and frees in range, each unit's use before its free, held_outside empty

@@ -210,6 +210,9 @@ class BudgetPolicy final : public OffloaderPolicy {
   std::map<int, std::vector<int>> release_at_push_;  // from plan_
   std::map<int, std::vector<int>> free_at_call_;     // offloaded units
   std::vector<int> reload_order_;                     // by reload call
+  // The smallest budget that fits, when the one asked for did not: told
+  // once, by the FinishBackward that made the plan.
+  std::optional<int64_t> refused_;
 
   // This iteration.
   bool diverged_ = false;
