@@ -8,6 +8,8 @@
 // pass reaching layers down to `lowest`: the marker's BackwardStep, then
 // each saved tensor popped, its bytes checked, and read by a kernel; without
 // `retain` each saved tensor is released once used, as autograd does.
+// BackwardLayer is one layer of such a pass, for passes that interleave the
+// layers of several graphs.
 
 #ifndef OFFLOAD_TESTING_LOOP_TEST_UTIL_H_
 #define OFFLOAD_TESTING_LOOP_TEST_UTIL_H_
@@ -40,6 +42,12 @@ class LoopGraph {
  public:
   // The layer ids ForwardStep gave, in order (-1: outside offloading).
   const std::vector<int>& layers_seen() const { return layers_; }
+  // The highest layer id ForwardStep gave (where a pass begins); -1 if none.
+  int top_layer() const {
+    int top = -1;
+    for (int layer : layers_) top = std::max(top, layer);
+    return top;
+  }
   uint64_t iteration_id() const {
     for (const IterationRef& marker : markers_) {
       if (!marker.empty()) return marker.id();
@@ -73,13 +81,15 @@ class LoopHarness {
   LoopHarness(SimBackend& sim, TrainingLoop& loop, int tensors_per_layer = 2)
       : sim_(sim), loop_(loop), per_layer_(tensors_per_layer) {}
 
-  // Runs `layers` layers' forward (ForwardStep(-1) each), each saving
+  // Runs `layers` layers' forward (ForwardStep(-1) each, as TE's context;
+  // with `expected_ids`, ForwardStep(0), ForwardStep(1), ... as a module's
+  // pre-hook, so that the first begins a new iteration), each saving
   // tensors_per_layer tensors of 4096 f32 elements. A failure is an empty
   // graph and a failed test expectation at the caller's check.
-  LoopGraph Forward(int layers) {
+  LoopGraph Forward(int layers, bool expected_ids = false) {
     LoopGraph graph;
     for (int i = 0; i < layers; ++i) {
-      StatusOr<LoopLayer> layer = loop_.ForwardStep();
+      StatusOr<LoopLayer> layer = loop_.ForwardStep(expected_ids ? i : -1);
       if (!layer.ok()) {
         last_error_ = layer.status();
         return graph;
@@ -116,32 +126,39 @@ class LoopHarness {
   // A backward pass over the graph's layers from its top down to `lowest`.
   // Errors: the first failed call, or kInternal for a byte mismatch.
   Status Backward(LoopGraph& graph, int lowest, bool retain) {
-    int top = -1;
-    for (int layer : graph.layers_) top = std::max(top, layer);
-    for (int layer = top; layer >= lowest; --layer) {
-      auto at = std::find(graph.layers_.begin(), graph.layers_.end(), layer);
-      if (at == graph.layers_.end()) continue;
-      const IterationRef& marker = graph.markers_[at - graph.layers_.begin()];
-      if (!marker.empty()) {
-        OFFLOAD_RETURN_IF_ERROR(loop_.BackwardStep(marker, layer));
+    for (int layer = graph.top_layer(); layer >= lowest; --layer) {
+      OFFLOAD_RETURN_IF_ERROR(BackwardLayer(graph, layer, retain));
+    }
+    return OkStatus();
+  }
+
+  // One layer of a backward pass: its marker's BackwardStep (if the graph
+  // still holds it), then its saved tensors popped in reverse push order,
+  // checked and read. A layer the forward never gave is a no-op.
+  // Errors: as Backward.
+  Status BackwardLayer(LoopGraph& graph, int layer, bool retain) {
+    auto at = std::find(graph.layers_.begin(), graph.layers_.end(), layer);
+    if (at == graph.layers_.end()) return OkStatus();
+    const IterationRef& marker = graph.markers_[at - graph.layers_.begin()];
+    if (!marker.empty()) {
+      OFFLOAD_RETURN_IF_ERROR(loop_.BackwardStep(marker, layer));
+    }
+    for (auto it = graph.entries_.rbegin(); it != graph.entries_.rend();
+         ++it) {
+      LoopEntry& entry = *it;
+      if (entry.layer != layer || entry.released) continue;
+      Tensor tensor = entry.kept;
+      if (entry.kept.storage == nullptr) {
+        OFFLOAD_ASSIGN_OR_RETURN(tensor, loop_.Pop(entry.saved, layer));
       }
-      for (auto it = graph.entries_.rbegin(); it != graph.entries_.rend();
-           ++it) {
-        LoopEntry& entry = *it;
-        if (entry.layer != layer || entry.released) continue;
-        Tensor tensor = entry.kept;
-        if (entry.kept.storage == nullptr) {
-          OFFLOAD_ASSIGN_OR_RETURN(tensor, loop_.Pop(entry.saved, layer));
-        }
-        OFFLOAD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
-                                 offload_test::HostBytes(sim_, tensor));
-        if (bytes != entry.expected) {
-          return InternalError("layer " + std::to_string(layer) +
-                               ": a popped tensor's bytes differ");
-        }
-        OFFLOAD_RETURN_IF_ERROR(offload_test::Consume(sim_, {tensor}, 500));
-        if (!retain) LoopGraph::Release(entry);
+      OFFLOAD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes,
+                               offload_test::HostBytes(sim_, tensor));
+      if (bytes != entry.expected) {
+        return InternalError("layer " + std::to_string(layer) +
+                             ": a popped tensor's bytes differ");
       }
+      OFFLOAD_RETURN_IF_ERROR(offload_test::Consume(sim_, {tensor}, 500));
+      if (!retain) LoopGraph::Release(entry);
     }
     return OkStatus();
   }
