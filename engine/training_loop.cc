@@ -18,7 +18,7 @@ enum class LoopState {
   kDone,      // its Offloader went back to the pool
 };
 
-class LoopIteration {
+class LoopIteration : public std::enable_shared_from_this<LoopIteration> {
  public:
   LoopIteration(std::shared_ptr<LoopPool> pool, uint64_t id, int offloader,
                 int layers)
@@ -114,7 +114,9 @@ class LoopPool : public std::enable_shared_from_this<LoopPool> {
   std::vector<int> idle_;
   std::shared_ptr<LoopIteration> current_;  // running forward
   std::vector<LoopIteration*> live_;        // not done
-  std::vector<LoopIteration*> pass_;        // reached by the running pass
+  // Reached by the running pass, held until it ends (their saved handles
+  // may all go during it).
+  std::vector<std::shared_ptr<LoopIteration>> pass_;
   uint64_t next_id_ = 1;
   int last_offloader_ = -1;
   bool layer_offloaded_ = false;  // the open layer's (offloading())
@@ -289,7 +291,14 @@ StatusOr<TrainingLoop::Pushed> LoopPool::Push(const Tensor& tensor) {
   }
   OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved,
                            OffloaderOf(*current_).Push(tensor));
-  if (!saved.in_group() && !saved.is_composite()) return pushed;
+  // A byte budget sees every pop of the tensors it was shown (its recording
+  // counts them, its plan is indexed by them, and a pass reaching only kept
+  // tensors must end its iteration); the other schedules hand kept tensors
+  // back as they are.
+  if (!saved.in_group() && !saved.is_composite() &&
+      !options_.activation_budget_bytes.has_value()) {
+    return pushed;
+  }
   ++current_->handles;
   current_->had_handles = true;
   pushed.kept = false;
@@ -309,7 +318,7 @@ Status LoopPool::BackwardStep(LoopIteration& iteration, int layer) {
   }
   if (iteration.state != LoopState::kInPass) {
     iteration.state = LoopState::kInPass;
-    pass_.push_back(&iteration);
+    pass_.push_back(iteration.shared_from_this());
   }
   OFFLOAD_RETURN_IF_ERROR(OffloaderOf(iteration).BackwardStep(layer));
   iteration.stepped[layer] = true;
@@ -333,10 +342,10 @@ StatusOr<Tensor> LoopPool::Pop(const LoopSaved& saved, int begin_layer) {
 }
 
 Status LoopPool::PassEnded() {
-  std::vector<LoopIteration*> reached = std::move(pass_);
+  std::vector<std::shared_ptr<LoopIteration>> reached = std::move(pass_);
   pass_.clear();
   Status first = OkStatus();
-  for (LoopIteration* iteration : reached) {
+  for (const std::shared_ptr<LoopIteration>& iteration : reached) {
     if (iteration->state != LoopState::kInPass) continue;
     std::fill(iteration->stepped.begin(), iteration->stepped.end(), false);
     if (iteration->handles == 0 || iteration->refs == 0) {
@@ -363,14 +372,15 @@ Status LoopPool::End(LoopIteration& iteration, bool abandon,
   Status status = abandon ? offloader.AbandonIteration()
                           : offloader.FinishBackward();
   if (!abandon && status.code() == StatusCode::kFailedPrecondition) {
-    status = offloader.AbandonIteration();  // it had no backward step
+    diagnostics_.Warn("iteration " + std::to_string(iteration.id) +
+                      ": FinishBackward refused (" + status.ToString() +
+                      "); abandoned instead");
+    status = offloader.AbandonIteration();
   }
   iteration.state = LoopState::kDone;
   iteration.done_reason = std::move(reason);
   live_.erase(std::remove(live_.begin(), live_.end(), &iteration),
               live_.end());
-  pass_.erase(std::remove(pass_.begin(), pass_.end(), &iteration),
-              pass_.end());
   idle_.push_back(iteration.offloader);
   return status;
 }
@@ -380,6 +390,7 @@ void LoopPool::OnUnreferenced(LoopIteration& iteration) {
     // In the middle of its forward the next ForwardStep decides; once it
     // ran all its layers or EndForward ended it, no forward runs and
     // nothing can hold it again: abandoned now, as at the next forward.
+    // (A caller holds the last layer's reference while that layer runs.)
     if (!iteration.forward_ended &&
         iteration.forward_count < options_.model_layers) {
       return;

@@ -149,7 +149,8 @@ class TrainingLoop {
 
   // The pack hook. Tensors the engine does not take (SPEC §1.2, kept-on-
   // device layers, no layer open) come back with `kept` set and no
-  // LoopSaved; the rest as a LoopSaved.
+  // LoopSaved, except under a byte budget, whose backward passes must be
+  // seen even when they reach only kept tensors; the rest as a LoopSaved.
   struct Pushed {
     bool kept = true;
     LoopSaved saved;

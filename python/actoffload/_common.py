@@ -2,6 +2,7 @@
 saved-tensor hooks' filter (SPEC §1.2) in front of the engine's Push/Pop."""
 
 import os
+import warnings
 
 import torch
 
@@ -137,52 +138,58 @@ def check_stream(session):
             "the stream the model runs on")
 
 
-def queue_after_backward(callback):
-    """Runs `callback` once the running backward pass has finished."""
-    torch.autograd.Variable._execution_engine.queue_callback(callback)
+def in_backward():
+    """Whether autograd's engine is running a backward pass on this thread
+    (a checkpoint's recompute runs forwards there: they are not offloaded)."""
+    current = getattr(torch._C, "_current_graph_task_id", None)
+    return current is not None and current() != -1
 
 
-class LayerBackward:
-    """The layer mode's backward steps, for TE's front door and
-    OffloadActivations: the engine's BackwardStep(layer) as each layer's
-    backward begins, and FinishBackward when the backward pass that reached
-    layer 0 has ended."""
-
-    def __init__(self, core):
-        self.core = core
-        self.begun = False  # a backward began since the last FinishBackward
-        self._reached_first = False
-        self._finish_queued = False
-
-    def step(self, layer):
-        self.core.backward_step(layer)
-        self.begun = True
-        if layer == 0:
-            self._reached_first = True
-        if not self._finish_queued:
-            self._finish_queued = True
-            queue_after_backward(self._pass_ended)
-
-    def _pass_ended(self):
-        self._finish_queued = False
-        if self._reached_first:
-            self._reached_first = False
-            self.begun = False
-            self.core.finish_backward()
+def end_stale_pass(loop):
+    """A backward pass that raised never ran its end callback: at the next
+    forward, outside any backward, it has ended."""
+    if loop.pass_open and not in_backward():
+        loop.pass_ended()
 
 
-class BackwardStepAt(torch.autograd.Function):
-    """Identity on a layer's output; its backward calls backward.step(layer)
-    (a LayerBackward): the gradient reaching the output means the layer's
-    backward begins (TE's sync function, OffloadActivations' layer ends)."""
+def emit_warnings(loop):
+    """The engine's new warnings as Python warnings."""
+    for message in loop.new_warnings():
+        warnings.warn("actoffload: " + message, stacklevel=3)
 
-    @staticmethod
-    def forward(ctx, tensor, backward, layer):
-        ctx.backward_steps = backward
-        ctx.layer = layer
-        return tensor
 
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.backward_steps.step(ctx.layer)
-        return grad, None, None
+class _LayerEnd:
+    """A tensor hook on a layer's output: the gradient reaching it begins
+    the layer's backward (the engine's BackwardStep)."""
+
+    __slots__ = ("loop", "ref", "layer")
+
+    def __init__(self, loop, ref, layer):
+        self.loop, self.ref, self.layer = loop, ref, layer
+
+    def __call__(self, grad):
+        self.loop.backward_step(self.ref, self.layer)
+
+
+def first_grad_tensor(output):
+    """The first tensor that requires grad in a layer's output: a tensor, a
+    tuple or list (Hugging Face layers), or a mapping's values."""
+    if isinstance(output, torch.Tensor):
+        return output if output.requires_grad else None
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, torch.Tensor) and item.requires_grad:
+                return item
+    return None
+
+
+def mark_layer_end(loop, ref, layer, output):
+    """Hooks the layer's backward step on its output, which stays the very
+    object it was (in-place ops on it stay legal). An output without a
+    tensor that requires grad (a frozen layer) gets no hook: its backward
+    never runs."""
+    tensor = first_grad_tensor(output)
+    if tensor is not None and layer >= 0:
+        tensor.register_hook(_LayerEnd(loop, ref, layer))

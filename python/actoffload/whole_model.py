@@ -1,19 +1,31 @@
-"""A context manager around a whole forward (torchtune's usage), with the
-byte budget of SPEC §4.7:
+"""torchtune's activation offloading, drop-in (OffloadActivations,
+NoOpManager, get_act_offloading_ctx_manager), on the engine's
+TrainingLoop (SPEC §4.7, §7):
 
-    with OffloadActivations(model, budget_bytes=4 << 30):
+    with OffloadActivations():             # torchtune's usage
         loss = model(x).loss
     loss.backward()
 
-Layers come from the caller (`layers`: a list of modules, or a model whose
-longest nn.ModuleList is its layer stack) or, with a byte budget and no
-layers, from the hooks' order: the whole forward is one unit, and the
-engine's plan decides per saved storage (in the order the pack hooks saw
-them) what goes to host and when it comes back. Each listed layer's forward
-is an engine ForwardStep (module pre-hook); its output's backward is its
-BackwardStep; the end of the backward pass is FinishBackward. Tensors saved
-outside the listed layers (embeddings, the head, the loss) stay on device.
+    ctx = get_act_offloading_ctx_manager(model, True)   # torchtune's recipes
+
+What is offloaded and when:
+  - no layers given (torchtune's own usage): every activation saved inside
+    the context is offloaded under the smallest byte budget the engine can
+    keep (SPEC §4.7): the first iteration runs on device and is recorded,
+    later ones move each saved storage to host as early, and back as late,
+    as the budget allows;
+  - layers given (a list of modules, or a model: its longest ModuleList),
+    as get_act_offloading_ctx_manager does with the model: the first k of n
+    layers (default n - 1) are offloaded from the first iteration on, TE's
+    default schedule; tensors saved outside the layers stay on device;
+  - budget_bytes: the byte budget, with or without layers.
+Each listed layer's forward is an engine forward step (module pre-hook);
+the gradient reaching its output begins its backward (a tensor hook); the
+backward pass's end ends the iteration, whatever it reached.
 """
+
+import contextlib
+import warnings
 
 import torch
 
@@ -34,129 +46,203 @@ def find_layers(model):
     return list(best)
 
 
-def _map_first_tensor(output, fn):
-    """Applies fn to the first tensor that requires grad in a module's
-    output (a tensor, or a tuple/list starting with one)."""
-    if isinstance(output, torch.Tensor):
-        return fn(output) if output.requires_grad else output
-    if isinstance(output, (tuple, list)) and output:
-        first = output[0]
-        if isinstance(first, torch.Tensor) and first.requires_grad:
-            return type(output)([fn(first), *output[1:]])
-    return output
-
-
 class OffloadActivations:
-    """Offloads the activations of a whole forward through the C++ engine.
+    """Offloads activations through the C++ engine; torchtune's signature,
+    defaults and meaning, plus keyword-only extensions.
 
+    use_pin_memory: host copies are pinned (always; False warns).
+    use_streams: copies overlap compute on streams of their own (always;
+      False warns: the engine has no same-stream mode).
+    max_fwd_stash_size: torchtune's check (>= 1 with streams); the engine
+      releases device memory when its schedule or budget says.
+    min_offload_size: bytes (torchtune's 1024): smaller tensors stay.
     layers: modules (the layer stack), a model (its longest ModuleList), or
-      None (only with budget_bytes: the whole forward is one unit).
-    num_layers: offload the first k of the n layers (TE's default schedule);
-      default n - 1 when no budget is given.
+      None (the whole forward is one unit under a byte budget).
+    num_layers: offload the first k of the n layers (default n - 1).
     budget_bytes: keep the device bytes of offloadable saved tensors within
-      this budget (SPEC §4.7); the first iteration runs without offloading
-      and is recorded, later ones follow the plan made from it.
-    min_offload_size: tensors with fewer elements stay on device.
-    retain_pinned_buffers: keep pinned host buffers between iterations.
-    backend / session: as for get_cpu_offload_context.
+      this budget (SPEC §4.7); default with no layers: the smallest the
+      engine can keep.
+    model: a module whose parameters and buffers are never offloaded, beside
+      those of `layers` (SPEC §7.5).
+    retain_pinned_buffers, backend, session: as get_cpu_offload_context.
     """
 
-    def __init__(self, layers=None, *, num_layers=None, budget_bytes=None,
-                 min_offload_size=256 * 1024, retain_pinned_buffers=False,
-                 backend=None, session=None):
+    def __init__(self, use_pin_memory=True, use_streams=None,
+                 max_fwd_stash_size=5, min_offload_size=1024, *, layers=None,
+                 num_layers=None, budget_bytes=None, retain_pinned_buffers=False,
+                 model=None, backend=None, session=None):
+        if isinstance(use_pin_memory, (torch.nn.Module, list, tuple)):
+            # The package's earlier first argument: the layers.
+            layers, use_pin_memory = use_pin_memory, True
+        if use_streams is not False and max_fwd_stash_size < 1:
+            raise ValueError(f"max_fwd_stash_size should be at least 1 but is "
+                             f"{max_fwd_stash_size}")
+        if not use_pin_memory:
+            warnings.warn("actoffload: host copies are always pinned "
+                          "(use_pin_memory=False has no effect)", stacklevel=2)
+        if use_streams is False:
+            warnings.warn("actoffload: copies always run on streams of their "
+                          "own (use_streams=False has no effect)", stacklevel=2)
+        if min_offload_size < 0:
+            raise ValueError(f"min_offload_size must be >= 0, got {min_offload_size}")
+        # Modules whose parameters and buffers are never offloaded (SPEC
+        # §7.5): the model or layers given, and model= (the whole model).
+        self._modules = [m for m in ([model] if model is not None else [])]
+        if isinstance(layers, torch.nn.Module):
+            self._modules.append(layers)
+        elif layers is not None:
+            self._modules.extend(m for m in layers if isinstance(m, torch.nn.Module))
         if isinstance(layers, torch.nn.Module) and not isinstance(
                 layers, torch.nn.ModuleList):
             layers = find_layers(layers)
         self._layers = list(layers) if layers is not None else None
-        if self._layers is None and budget_bytes is None:
-            raise ValueError("actoffload: OffloadActivations needs layers (or a "
-                             "model) for k-of-n offloading, or budget_bytes")
-        n = len(self._layers) if self._layers is not None else 1
-        if n == 0:
+        if self._layers is not None and len(self._layers) == 0:
             raise ValueError("actoffload: an empty list of layers")
+        n = len(self._layers) if self._layers is not None else 1
+        if budget_bytes is None and self._layers is None:
+            budget_bytes = 1  # planned up to the smallest that fits
+            smallest = True
+        else:
+            smallest = False
+        if budget_bytes is not None and budget_bytes <= 0:
+            raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
         if num_layers is None:
             num_layers = max(n - 1, 0)
+        if budget_bytes is None and not 0 <= num_layers <= n - 1:
+            raise ValueError(f"num_layers must be in [0, {n - 1}] for {n} layers, "
+                             f"got {num_layers}")
+        self.min_offload_size = min_offload_size
         self.session = session if session is not None else _common.new_session(backend)
-        self.offloader = _common.ext().LayerOffloader(
-            self.session, model_layers=n, offloaded_layers=num_layers,
-            retain=retain_pinned_buffers, min_offload_elements=min_offload_size,
-            budget_bytes=budget_bytes)
-        self._filter = _common.SavedTensorFilter(self.session, self.offloader,
-                                                 min_offload_size)
-        self._whole_forward = self._layers is None
-        self._budget = budget_bytes is not None
-        self._pack_into = self._filter.pack
-        self._in_layer = False
-        self._layer_offloaded = True
+        self.offloader = _common.ext().TrainingLoop(
+            self.session, model_layers=n,
+            offloaded_layers=num_layers if budget_bytes is None else 0,
+            retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
+            budget_bytes=budget_bytes, smallest_budget=smallest)
         self._handles = []
         self._hooks = None
-        self._backward = _common.LayerBackward(self.offloader)
         self._active = False
+        self._passthrough = False
+        self._refs = {}  # layer index -> (ref, engine layer) while it runs
+        self._whole_ref = None
 
-    # --- hooks ---------------------------------------------------------------
-    def _pack(self, tensor):
-        if not self._in_layer or not self._layer_offloaded:
-            return _common.keep(tensor)
-        return self._pack_into(tensor)
-
-    def _unpack(self, packed):
-        if self._whole_forward and not self._backward.begun:
-            self._backward.step(0)
-        return self._filter.unpack(packed)
-
+    # --- module hooks (listed layers) -----------------------------------------
     def _pre_hook(self, index):
         def hook(module, args):
-            layer = self.offloader.forward_step()
-            if layer != index:
-                raise _common.ext().OffloadError(
-                    f"actoffload: layer {index} ran as the engine's layer {layer}; "
-                    "the listed layers must run once each, in order")
-            # The byte budget records every push of its first iteration.
-            self._layer_offloaded = self._budget or self.offloader.will_offload(layer)
-            self._in_layer = True
+            if _common.in_backward():
+                return None  # a checkpoint's recompute: stays on device
+            ref, layer, _ = self.offloader.forward_step(index)
+            self._refs[index] = (ref, layer)
+            return None
         return hook
 
     def _post_hook(self, index):
         def hook(module, args, output):
-            self._in_layer = False
-            return _map_first_tensor(
-                output, lambda t: _common.BackwardStepAt.apply(t, self._backward, index))
+            running = self._refs.pop(index, None)
+            if running is None:
+                return None
+            self.offloader.end_layer()
+            ref, layer = running
+            if ref is not None:
+                _common.mark_layer_end(self.offloader, ref, layer, output)
+            return None  # the output stays the very object the layer returned
         return hook
 
-    # --- context -------------------------------------------------------------
+    # --- context ---------------------------------------------------------------
     def __enter__(self):
         if self._active:
-            raise _common.ext().OffloadError(
+            raise RuntimeError(
                 "actoffload: OffloadActivations entered again inside its forward")
-        if not torch.is_grad_enabled():
-            self._hooks = None
-            self._active = True
+        self._active = True
+        if not torch.is_grad_enabled() or _common.in_backward():
+            self._passthrough = True
             return self
         _common.check_stream(self.session)
-        self._active = True
-        if self._whole_forward:
-            self.offloader.forward_step()
-            self._in_layer = True
-            self._layer_offloaded = True
+        _common.end_stale_pass(self.offloader)
+        if self._modules:
+            self.offloader.set_model_tensors(_module_tensors(self._modules))
+        if self._layers is None:
+            # The whole forward is one unit; its reference is held while it
+            # runs (the engine abandons a forward nothing holds).
+            self._whole_ref = self.offloader.forward_step(0)[0]
         else:
             for index, layer in enumerate(self._layers):
                 self._handles.append(layer.register_forward_pre_hook(self._pre_hook(index)))
                 self._handles.append(layer.register_forward_hook(self._post_hook(index)))
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        _common.emit_warnings(self.offloader)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(
+            self.offloader.pack, self.offloader.unpack)
         self._hooks.__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self._active = False
+        if self._passthrough:
+            self._passthrough = False
+            return False
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self._in_layer = False
-        if self._hooks is not None:
-            hooks, self._hooks = self._hooks, None
-            hooks.__exit__(*exc)
+        self._refs.clear()
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.__exit__(exc_type, exc, tb)
+        if exc_type is not None:
+            self.offloader.abandon_forward()  # SPEC §7.2
+        else:
+            self.offloader.end_forward()
+        self._whole_ref = None
+        _common.emit_warnings(self.offloader)
         return False
 
     def budget_plan(self):
         """The byte budget's plan as a table (empty before it is made)."""
         return self.offloader.budget_plan_text()
+
+
+def _module_tensors(modules):
+    """Every parameter and buffer of `modules`."""
+    tensors = []
+    for module in modules:
+        tensors.extend(module.parameters())
+        tensors.extend(module.buffers())
+    return [t.detach() for t in tensors]
+
+
+class NoOpManager(torch.autograd.graph.saved_tensors_hooks):
+    """Saved tensors inside it stay as they are, even inside an offloading
+    context (torchtune's NoOpManager: the innermost hooks win)."""
+
+    def __init__(self):
+        super().__init__(lambda tensor: tensor, lambda tensor: tensor)
+
+
+def get_act_offloading_ctx_manager(model, enable_activation_offloading,
+                                   use_streams=True):
+    """torchtune's recipe helper: disabled, a null context; enabled, an
+    OffloadActivations over the model's layer stack (its longest
+    ModuleList; the whole forward if it has none) whose output head
+    (`model.output`, or a TiedLinear's `.linear`) runs under a NoOpManager,
+    as torchtune's does."""
+    if not enable_activation_offloading:
+        return contextlib.nullcontext()
+    try:
+        layers = find_layers(model)
+    except ValueError:
+        layers = None
+    context = OffloadActivations(use_streams=use_streams, layers=layers,
+                                 model=model)
+    output = getattr(model, "output", None)
+    if output is not None and not isinstance(output, torch.nn.Module):
+        output = getattr(output, "linear", None)  # torchtune's TiedLinear
+    if isinstance(output, torch.nn.Module):
+        noop = NoOpManager()
+        output.register_forward_pre_hook(lambda *args: noop.__enter__())
+        output.register_forward_hook(lambda *args: noop.__exit__(None, None, None))
+    elif hasattr(model, "decoder") and output is None:
+        raise NotImplementedError(
+            "Multimodal model does not support activation offloading yet. "
+            "Please set enable_activation_offloading=False")
+    else:
+        warnings.warn("actoffload: no output head (model.output) was found; "
+                      "its activations are offloaded with the rest", stacklevel=2)
+    return context

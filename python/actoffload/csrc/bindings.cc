@@ -15,6 +15,8 @@
 #include "engine/offload.h"
 #include "engine/pipeline_offload.h"
 #include "engine/pipeline_summary.h"
+#include "python/actoffload/csrc/loop_binding.h"
+#include "python/actoffload/csrc/saved_version.h"
 #include "python/actoffload/csrc/session.h"
 
 namespace actoffload {
@@ -33,32 +35,9 @@ struct ReadyEvent {
 struct Handle {
   std::shared_ptr<Session> session;  // outlives `saved`
   SavedTensor saved;
-  at::ScalarType dtype;
-  // Autograd's check, which saved-tensor hooks bypass: the tensor's version
-  // counter (shared by its views) and its value at the push.
-  c10::VariableVersion version{c10::VariableVersion::DISABLED};
-  uint32_t saved_version = 0;
-  std::vector<int64_t> shape;
+  SavedVersion version;
   int layer() const { return saved.layer(); }
 };
-
-// autograd's error for a saved tensor modified in place before its use.
-void CheckVersion(const Handle& handle) {
-  if (!handle.version.enabled()) return;
-  const uint32_t now = handle.version.current_version();
-  if (now == handle.saved_version) return;
-  std::string shape;
-  for (int64_t size : handle.shape) {
-    shape += (shape.empty() ? "" : ", ") + std::to_string(size);
-  }
-  throw std::runtime_error(
-      "one of the variables needed for gradient computation has been "
-      "modified by an inplace operation: a saved tensor [" +
-      std::string(c10::toString(handle.dtype)) + " [" + shape +
-      "]] offloaded by actoffload is at version " + std::to_string(now) +
-      "; expected version " + std::to_string(handle.saved_version) +
-      " instead.");
-}
 
 offload::TensorFlags Flags(bool parameter, bool do_not_offload,
                            bool offload_base) {
@@ -67,19 +46,6 @@ offload::TensorFlags Flags(bool parameter, bool do_not_offload,
   flags.do_not_offload = do_not_offload;
   flags.offload_base = offload_base;
   return flags;
-}
-
-py::dict StatsDict(const offload::OffloaderStats& stats) {
-  py::dict out;
-  out["tensors_offloaded"] = stats.tensors_offloaded;
-  out["tensors_kept"] = stats.tensors_kept;
-  out["spans_offloaded"] = stats.spans_offloaded;
-  out["bytes_offloaded"] = stats.bytes_offloaded;
-  out["bytes_reloaded"] = stats.bytes_reloaded;
-  out["views_made_contiguous"] = stats.views_made_contiguous;
-  out["bytes_retained_by_caller"] = stats.bytes_retained_by_caller;
-  out["pinned_allocations"] = stats.pinned_allocations;
-  return out;
 }
 
 // Push and Pop, the same for both front doors.
@@ -100,21 +66,18 @@ py::object PushTensor(Session& session, FrontDoor& door,
   SavedTensor saved = ValueOrThrow(door.Push(engine));
   if (saved.kept() != nullptr) return object;  // handed back untouched
   Handle handle{session.shared_from_this(), std::move(saved),
-                tensor.scalar_type()};
-  handle.version = torch::autograd::impl::version_counter(tensor);
-  handle.saved_version = handle.version.current_version();
-  handle.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+                SavedVersion::Of(tensor)};
   return py::cast(std::move(handle));
 }
 
 template <typename FrontDoor>
 at::Tensor PopTensor(Session& session, FrontDoor& door, const Handle& handle) {
-  CheckVersion(handle);
+  handle.version.Check();
   offload::Tensor popped = ValueOrThrow(door.Pop(handle.saved));
   // The compute stream now waits for the reload; on the simulator, the host
   // runs it there before torch (a CPU op) reads the bytes.
   session.SyncComputeForHost();
-  return session.ToTorch(popped, handle.dtype);
+  return session.ToTorch(popped, handle.version.dtype);
 }
 
 // Layer mode (engine/offload.h), TE's get_cpu_offload_context and the byte
@@ -227,6 +190,11 @@ class FineGrainedOffloader {
 };
 
 }  // namespace
+
+std::shared_ptr<offload::Event> ReadyEventOf(const py::handle& object) {
+  return object.cast<const ReadyEvent&>().event;
+}
+
 }  // namespace actoffload
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -277,6 +245,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__repr__", [](const Handle& h) {
         return "<actoffload handle of layer " + std::to_string(h.layer()) + ">";
       });
+
+  BindTrainingLoop(m);
 
   py::class_<LayerOffloader>(m, "LayerOffloader")
       .def(py::init([](std::shared_ptr<Session> session, bool enabled,
