@@ -14,7 +14,8 @@ installed with `pip install --no-build-isolation ./python`.
 
 from .fine_grained import FineGrainedOffloader
 from .te import get_cpu_offload_context, mark_not_offload, start_offload
-from .whole_model import OffloadActivations, find_layers
+from .whole_model import (NoOpManager, OffloadActivations, find_layers,
+                          get_act_offloading_ctx_manager)
 from ._common import new_session
 
 
@@ -27,5 +28,6 @@ def __getattr__(name):
 
 
 __all__ = ["get_cpu_offload_context", "mark_not_offload", "start_offload",
-           "OffloadActivations", "FineGrainedOffloader", "find_layers",
+           "OffloadActivations", "NoOpManager", "get_act_offloading_ctx_manager",
+           "FineGrainedOffloader", "find_layers",
            "new_session", "OffloadError"]

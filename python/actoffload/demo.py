@@ -133,28 +133,9 @@ def compare(reference, result):
 
 
 def host_cost_us(tensors=2000):
-    """Host µs per offloaded tensor: push + pop through the hooks (Python
-    and C++), with the layer steps, measured on one small tensor each."""
-    ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=1, model_layers=2,
-                                                   min_offload_size=1)
-    x = torch.randn(64, device="cuda", requires_grad=True)
-    ys = [x * 1.0 for _ in range(tensors)]
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    with ctx:
-        packed = [ctx._filter.pack(y) for y in ys]
-    h = sync(x * 1.0)
-    with ctx:
-        pass
-    ctx._core.backward_step(1)
-    ctx._core.backward_step(0)
-    for p in packed:
-        ctx._filter.unpack(p)
-    ctx._core.finish_backward()
-    elapsed = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    del h
-    return elapsed / tensors * 1e6
+    """Host us per offloaded tensor (actoffload.host_cost)."""
+    from . import host_cost
+    return host_cost.measure(tensors)[1]
 
 
 def main(argv=None):
@@ -206,6 +187,9 @@ def main(argv=None):
                      f"held by the caller; {len(ctx.offloader.warnings())} warnings"
                      + (f"; first: {ctx.offloader.warnings()[0][:300]}"
                         if ctx.offloader.warnings() else ""))
+    tune = actoffload.get_act_offloading_ctx_manager(model, True)
+    rows.append((f"torchtune drop-in (k={n - 1}/{n})",
+                 run_mode(model, ids, lambda: tune, args.steps, 1)))
     rows.append(("save_on_cpu(pin_memory)",
                  run_mode(model, ids, lambda: torch.autograd.graph.save_on_cpu(pin_memory=True),
                           args.steps, 1)))

@@ -17,7 +17,7 @@ ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=
                                                min_offload_size=1024)
 
 
-whole = actoffload.OffloadActivations(model, budget_bytes=4 << 20, min_offload_size=1024)
+whole = actoffload.OffloadActivations(model, budget_bytes=16 << 20, min_offload_size=1024)
 
 
 def budget(model, x):

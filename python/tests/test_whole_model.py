@@ -67,7 +67,7 @@ def test_byte_budget_with_layers():
     model = Stack(layers=4)
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
-    ctx = actoffload.OffloadActivations(model.layers, budget_bytes=512 << 10,
+    ctx = actoffload.OffloadActivations(model.layers, budget_bytes=1 << 20,
                                         min_offload_size=MIN, backend="sim")
     for _ in range(3):
         assert_identical(reference, train_step(model, x, whole(ctx)))
