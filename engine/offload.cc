@@ -65,10 +65,6 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
       return invalid("activation_budget_bytes excludes manual_synchronization "
                      "and a schedule table");
     }
-    if (options.keep_host_copies) {
-      return invalid("activation_budget_bytes excludes keep_host_copies (the "
-                     "byte budget frees each unit after its last pop)");
-    }
   }
   std::optional<JointPlan> joint;
   if (options.recompute.has_value()) {

@@ -72,7 +72,8 @@ struct OffloadOptions {
   // iteration ends (FinishBackward or AbandonIteration) instead of going
   // when the next layer's backward begins, so that EndTraversal can let a
   // later backward pass reload it again. Device memory is released as
-  // without it. Not with activation_budget_bytes (Create refuses it).
+  // without it. With activation_budget_bytes, a later traversal follows
+  // the plan's reloads and frees again from its first call.
   bool keep_host_copies = false;
 };
 

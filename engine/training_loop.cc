@@ -355,8 +355,8 @@ Status LoopPool::PassEnded() {
     }
     if (!options_.keep_host_copies) {
       first.Update(End(*iteration, /*abandon=*/false,
-                       "its backward pass ended; with a byte budget a graph "
-                       "cannot be traversed twice (retain_graph)"));
+                       "its backward pass ended, and without keep_host_copies "
+                       "a graph cannot be traversed twice (retain_graph)"));
       continue;
     }
     first.Update(OffloaderOf(*iteration).EndTraversal());

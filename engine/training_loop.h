@@ -24,9 +24,9 @@
 // whose graph goes, give their Offloader back to the pool, its memory
 // released (FinishBackward or AbandonIteration, ordered as the Offloader
 // orders them); the next forward reuses it, so its pinned buffers and a
-// byte budget's plan carry over. Without keep_host_copies (the byte
-// budget), an iteration with saved handles left when its pass ends is done
-// all the same, and a later traversal's Pop is refused with that reason.
+// byte budget's plan carry over. Without OffloadOptions::keep_host_copies
+// an iteration with saved handles left when its pass ends is done all the
+// same, and a later traversal's Pop is refused with that reason.
 //
 // Single-threaded, like autograd's hooks into it. The Backend must outlive
 // the loop and every IterationRef and Saved it made.
@@ -162,7 +162,7 @@ class TrainingLoop {
   // in this pass if it has not begun (a forward without layer-end markers:
   // the whole forward is layer 0).
   // Errors: kFailedPrecondition naming the iteration when it already ended
-  //   (its pass ended and, with a byte budget, a second traversal came);
+  //   (its pass ended without keep_host_copies and another traversal came);
   //   what BackwardStep or Offloader::Pop return.
   StatusOr<Tensor> Pop(const LoopSaved& saved, int begin_layer = -1);
 

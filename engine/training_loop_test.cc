@@ -192,19 +192,49 @@ TEST_F(TrainingLoopTest, LayerOutOfOrderRunsOutsideOffloading) {
   EXPECT_EQ(Warned("runs outside offloading"), 1);
 }
 
-TEST(TrainingLoopBudgetTest, SecondTraversalUnderABudgetIsRefusedClearly) {
+// §7.3 under a byte budget: the second traversal follows the plan again.
+TEST(TrainingLoopBudgetTest, RetainedGraphUnderABudgetIsTraversedAgain) {
   std::unique_ptr<SimBackend> sim = NewSimBackend(SimOptions{});
   OffloadOptions options = Options();
-  options.keep_host_copies = false;
   options.activation_budget_bytes = 64 << 10;  // of 256 KiB saved
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
                        TrainingLoop::Create(*sim, options));
   LoopHarness harness(*sim, *loop);
-  {  // The recorded iteration, which offloads nothing.
+  {  // The recorded iteration (retraversed: it gives no plan), then one
+     // recorded normally.
+    LoopGraph recorded = harness.Forward(kLayers);
+    ASSERT_OK(harness.Backward(recorded, 0, /*retain=*/true));
+    ASSERT_OK(loop->PassEnded());
+    ASSERT_OK(harness.Backward(recorded, 0, false));
+    ASSERT_OK(loop->PassEnded());
+  }
+  {
     LoopGraph recorded = harness.Forward(kLayers);
     ASSERT_OK(harness.Backward(recorded, 0, false));
     ASSERT_OK(loop->PassEnded());
   }
+  for (int step = 0; step < 2; ++step) {
+    LoopGraph graph = harness.Forward(kLayers);
+    ASSERT_OK(harness.Backward(graph, 0, /*retain=*/true));
+    ASSERT_OK(loop->PassEnded());
+    ASSERT_OK(harness.Backward(graph, 2, /*retain=*/true));
+    ASSERT_OK(loop->PassEnded());
+    ASSERT_OK(harness.Backward(graph, 0, false));
+    ASSERT_OK(loop->PassEnded());
+  }
+  EXPECT_GT(loop->current_offloader()->stats().bytes_offloaded, 0);
+  EXPECT_EQ(loop->live_iterations(), 0);
+  EXPECT_TRUE(sim->hazards().empty());
+}
+
+// Without keep_host_copies a second traversal is refused, naming why.
+TEST(TrainingLoopBudgetTest, SecondTraversalWithoutHostCopiesIsRefusedClearly) {
+  std::unique_ptr<SimBackend> sim = NewSimBackend(SimOptions{});
+  OffloadOptions options = Options();
+  options.keep_host_copies = false;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
+                       TrainingLoop::Create(*sim, options));
+  LoopHarness harness(*sim, *loop);
   LoopGraph graph = harness.Forward(kLayers);
   ASSERT_OK(harness.Backward(graph, 0, /*retain=*/true));
   ASSERT_OK(loop->PassEnded());

@@ -102,6 +102,13 @@ bool BudgetPolicy::FreedAtThisCall(int unit) const {
          (due != free_at_call_.end() && has(due->second));
 }
 
+Status BudgetPolicy::FreeUnit(int unit) {
+  // SPEC §7.3: with keep_host_copies the host copy stays for a later
+  // traversal; only the reloaded memory goes.
+  if (options_.keep_host_copies) return groups_[unit]->DropReloaded();
+  return groups_[unit]->ReleaseAll(options_.retain_pinned_buffers);
+}
+
 Status BudgetPolicy::RunFrees(int call) {
   if (auto it = free_at_call_.find(call); it != free_at_call_.end()) {
     for (int unit : it->second) deferred_frees_.push_back(unit);
@@ -127,7 +134,7 @@ Status BudgetPolicy::RunFrees(int call) {
       left.push_back(unit);
       continue;
     }
-    first.Update(groups_[unit]->ReleaseAll(options_.retain_pinned_buffers));
+    first.Update(FreeUnit(unit));
   }
   deferred_frees_ = std::move(left);
   return first;
@@ -218,8 +225,7 @@ void BudgetPolicy::OnViewDropped(int unit, uint64_t iteration) {
     const GroupState state = groups_[unit]->state();
     if (state == GroupState::kReloadStarted ||
         state == GroupState::kKeptOnDevice) {
-      Status released =
-          groups_[unit]->ReleaseAll(options_.retain_pinned_buffers);
+      Status released = FreeUnit(unit);
       if (!released.ok()) {
         core_.Warn("activation budget: freeing " + groups_[unit]->Where() +
                    " when its last popped view was dropped: " +
@@ -431,7 +437,9 @@ Status BudgetPolicy::FinishBackward() {
     forward_count_ = 0;
     return OkStatus();
   }
-  OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
+  if (traversals_ == 0) {
+    OFFLOAD_RETURN_IF_ERROR(CheckFinishBackward(Iteration(), backward_count_));
+  }
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
   NoteBackwardDrops(backward_calls_);
@@ -440,7 +448,9 @@ Status BudgetPolicy::FinishBackward() {
   // A recorded iteration gives the plan of the next; after one whose
   // workload differed from the recording, the next is recorded again.
   if (!plan_.has_value()) {
-    first.Update(MakePlan());
+    // A recording traversed more than once does not give a plan (its
+    // backward calls are not one backward's): the next one records again.
+    if (traversals_ == 0) first.Update(MakePlan());
   } else if (diverged_) {
     plan_.reset();
     recording_.reset();
@@ -473,11 +483,36 @@ Status BudgetPolicy::AbandonIteration() {
 }
 
 Status BudgetPolicy::EndTraversal() {
+  Busy busy(busy_);
   if (!options_.enabled) return OkStatus();
-  return FailedPreconditionError(
-      "EndTraversal of " + Iteration() +
-      ": a byte budget frees each unit after its last pop, so its graph "
-      "cannot be traversed twice (retain_graph); use k of n layers");
+  const std::string where = "EndTraversal of " + Iteration();
+  if (!options_.keep_host_copies) {
+    return FailedPreconditionError(
+        where + ": needs keep_host_copies (without it each unit's host copy "
+                "goes after its last pop)");
+  }
+  if (backward_count_ == 0) {
+    return FailedPreconditionError(where + ": no BackwardStep since the " +
+                                   (traversals_ == 0 ? "forward"
+                                                     : "last traversal"));
+  }
+  Status first = OkStatus();
+  for (auto& group : groups_) {
+    if (group != nullptr) first.Update(group->DropReloaded());
+  }
+  first.Update(core_.RetryKept());
+  // The next traversal follows the plan's reloads and frees again, from
+  // its first call; units it does not reach stay on host.
+  backward_calls_ = 0;
+  backward_count_ = 0;
+  backward_layer_ = -1;
+  call_layers_.clear();
+  backward_begun_.assign(options_.model_layers, false);
+  deferred_frees_.clear();
+  next_reload_ = 0;
+  for (Unit& unit : units_) unit.pops = 0;
+  ++traversals_;
+  return first.WithContext(where);
 }
 
 void BudgetPolicy::ResetIteration() {
@@ -497,6 +532,7 @@ void BudgetPolicy::ResetIteration() {
   deferred_frees_.clear();
   next_reload_ = 0;
   live_views_.clear();
+  traversals_ = 0;
 }
 
 }  // namespace offload

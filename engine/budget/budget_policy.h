@@ -182,6 +182,9 @@ class BudgetPolicy final : public OffloaderPolicy {
   // Errors: an ordering call failed (the unit is released all the same; its
   // memory is kept, warned).
   Status RunFrees(int call);
+  // A unit's memory after its backward: all of it, or with
+  // keep_host_copies only the reloaded memory (SPEC §7.3).
+  Status FreeUnit(int unit);
   // Whether the RunFrees of the call running now would release `unit`.
   bool FreedAtThisCall(int unit) const;
   OffloadGroup& Group(int unit);
@@ -230,6 +233,7 @@ class BudgetPolicy final : public OffloaderPolicy {
   std::vector<int> deferred_frees_;  // due, waiting for their last pop
   size_t next_reload_ = 0;
   std::vector<int> live_views_;  // per unit: popped views the caller holds
+  int traversals_ = 0;           // backward passes ended by EndTraversal
 
   int busy_ = 0;  // > 0 inside a call (Busy)
   const std::shared_ptr<DropHub> hub_ = std::make_shared<DropHub>();

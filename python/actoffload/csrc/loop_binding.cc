@@ -327,7 +327,7 @@ void BindTrainingLoop(py::module& m) {
              options.retain_pinned_buffers = retain;
              options.min_offload_elements = min_offload_elements;
              options.activation_budget_bytes = budget_bytes;
-             options.keep_host_copies = !budget_bytes.has_value();
+             options.keep_host_copies = true;
              options.smallest_budget = smallest_budget;
              options.warnings_to_stderr = warnings_to_stderr;
              return std::make_shared<Loop>(std::move(session), options,
