@@ -279,8 +279,12 @@ Status LoopPool::AbandonForward() {
 }
 
 void LoopPool::EndForward() {
-  if (current_ != nullptr) current_->forward_ended = true;
   layer_offloaded_ = false;
+  if (current_ == nullptr) return;
+  current_->forward_ended = true;
+  // Nothing of it in any graph (no saved tensor, no layer-end marker):
+  // no backward can reach it.
+  if (current_->refs == 0) DetachCurrent();
 }
 
 StatusOr<TrainingLoop::Pushed> LoopPool::Push(const Tensor& tensor) {

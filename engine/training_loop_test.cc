@@ -200,15 +200,7 @@ TEST(TrainingLoopBudgetTest, RetainedGraphUnderABudgetIsTraversedAgain) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
                        TrainingLoop::Create(*sim, options));
   LoopHarness harness(*sim, *loop);
-  {  // The recorded iteration (retraversed: it gives no plan), then one
-     // recorded normally.
-    LoopGraph recorded = harness.Forward(kLayers);
-    ASSERT_OK(harness.Backward(recorded, 0, /*retain=*/true));
-    ASSERT_OK(loop->PassEnded());
-    ASSERT_OK(harness.Backward(recorded, 0, false));
-    ASSERT_OK(loop->PassEnded());
-  }
-  {
+  {  // The recorded iteration, then the plan's first.
     LoopGraph recorded = harness.Forward(kLayers);
     ASSERT_OK(harness.Backward(recorded, 0, false));
     ASSERT_OK(loop->PassEnded());
@@ -225,6 +217,28 @@ TEST(TrainingLoopBudgetTest, RetainedGraphUnderABudgetIsTraversedAgain) {
   EXPECT_GT(loop->current_offloader()->stats().bytes_offloaded, 0);
   EXPECT_EQ(loop->live_iterations(), 0);
   EXPECT_TRUE(sim->hazards().empty());
+}
+
+// A recording traversed twice plans at its first traversal's end, where the
+// retained graph still holds every unit: that budget is refused once
+// (SPEC §7.8), naming the smallest that fits, and planned for it.
+TEST(TrainingLoopBudgetTest, RetainedRecordingPlansAtItsFirstTraversal) {
+  std::unique_ptr<SimBackend> sim = NewSimBackend(SimOptions{});
+  OffloadOptions options = Options();
+  options.activation_budget_bytes = 64 << 10;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
+                       TrainingLoop::Create(*sim, options));
+  LoopHarness harness(*sim, *loop);
+  LoopGraph recorded = harness.Forward(kLayers);
+  ASSERT_OK(harness.Backward(recorded, 0, /*retain=*/true));
+  EXPECT_THAT(loop->PassEnded(),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("smallest budget that fits")));
+  EXPECT_THAT(loop->current_offloader()->BudgetPlanText(),
+              HasSubstr("budget 131072"));
+  ASSERT_OK(harness.Backward(recorded, 0, false));
+  ASSERT_OK(loop->PassEnded());
+  EXPECT_EQ(loop->live_iterations(), 0);
 }
 
 // Without keep_host_copies a second traversal is refused, naming why.

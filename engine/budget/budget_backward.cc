@@ -448,8 +448,8 @@ Status BudgetPolicy::FinishBackward() {
   // A recorded iteration gives the plan of the next; after one whose
   // workload differed from the recording, the next is recorded again.
   if (!plan_.has_value()) {
-    // A recording traversed more than once does not give a plan (its
-    // backward calls are not one backward's): the next one records again.
+    // A recording traversed more than once planned at its first
+    // traversal's end (EndTraversal).
     if (traversals_ == 0) first.Update(MakePlan());
   } else if (diverged_) {
     plan_.reset();
@@ -497,6 +497,12 @@ Status BudgetPolicy::EndTraversal() {
                                                      : "last traversal"));
   }
   Status first = OkStatus();
+  // A recording's first traversal is one backward: the plan is made from
+  // it (a loop that traverses every graph twice still gets one).
+  if (!plan_.has_value() && traversals_ == 0 && !diverged_) {
+    NoteBackwardDrops(backward_calls_);
+    first.Update(MakePlan());
+  }
   for (auto& group : groups_) {
     if (group != nullptr) first.Update(group->DropReloaded());
   }

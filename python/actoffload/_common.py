@@ -70,8 +70,10 @@ def _weight_like(tensor):
 def keep(tensor):
     """What a pack hook returns for a tensor it keeps: the tensor and its
     version, so that unpack can raise autograd's in-place error (hooks
-    bypass autograd's own check)."""
-    return (tensor, tensor._version)
+    bypass autograd's own check). A detached alias, not the tensor itself:
+    an op's saved output holding its own node through the hook's result
+    would be a cycle that keeps the graph alive."""
+    return (tensor.detach(), tensor._version)
 
 
 def unkeep(packed):

@@ -60,6 +60,7 @@ class CpuOffloadContext(contextlib.ContextDecorator):
         self._layer = -1        # its id (-1: outside offloading)
         self._synced = True     # sync_function ran since the last enter
         self._passthrough = 0   # nesting of enters with grad disabled
+        self._module_hook = None
 
     def __enter__(self):
         if self._hooks is not None:
@@ -76,10 +77,23 @@ class CpuOffloadContext(contextlib.ContextDecorator):
         _common.emit_warnings(self._loop)
         self._ref, self._layer = ref, layer
         self._synced = False
+        if layer == 0:
+            self._loop.set_model_tensors([])  # a new forward: modules anew
+        # SPEC §7.5: the parameters and buffers of every module that runs
+        # inside the layer are never offloaded (TE's context is not told
+        # the modules; PyTorch's global module hook, only while inside).
+        self._module_hook = torch.nn.modules.module.register_module_forward_pre_hook(
+            self._note_module)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(
             self._loop.pack, self._loop.unpack)
         self._hooks.__enter__()
         return self
+
+    def _note_module(self, module, args):
+        tensors = [t for t in module._buffers.values() if t is not None]
+        tensors.extend(t for t in module._parameters.values() if t is not None)
+        if tensors:
+            self._loop.add_model_tensors(tensors)
 
     def __exit__(self, exc_type, exc, tb):
         if self._passthrough:
@@ -88,6 +102,9 @@ class CpuOffloadContext(contextlib.ContextDecorator):
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(exc_type, exc, tb)
+        module_hook, self._module_hook = self._module_hook, None
+        if module_hook is not None:
+            module_hook.remove()
         if exc_type is not None:
             # SPEC §7.2: the forward raised; its iteration is dropped now.
             self._ref = None

@@ -163,7 +163,11 @@ class OffloadActivations:
         if self._layers is None:
             # The whole forward is one unit; its reference is held while it
             # runs (the engine abandons a forward nothing holds).
-            self._whole_ref = self.offloader.forward_step(0)[0]
+            try:
+                self._whole_ref = self.offloader.forward_step(0)[0]
+            except BaseException:
+                self._active = False  # refused (SPEC §7.8): nothing entered
+                raise
         else:
             for index, layer in enumerate(self._layers):
                 self._handles.append(layer.register_forward_pre_hook(self._pre_hook(index)))

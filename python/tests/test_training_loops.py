@@ -180,31 +180,16 @@ def normal_step(door, model, x, it=0, **forward_kw):
 
 # --- known package bugs (issue 29's findings) -------------------------------
 
-KEPT_OUTPUT_CYCLE = (
-    "BUG (SPEC 7.2): the C++ pack hook keeps a tensor it does not offload as its "
-    "own Python object; for a saved output (exp, tanh, softmax results) the "
-    "autograd node then holds the tensor that holds the node, a cycle through C++ "
-    "that gc cannot see: a graph dropped without a full backward is never freed, "
-    "its iteration stays live (no abandonment, no warning) and its memory leaks")
-DETACHED_LEAVES_EMPTY_ITERATION = (
-    "BUG (SPEC 7.1/7.2): OffloadActivations(layers): after a detach mid-forward "
-    "the next layer begins a new iteration with an unexpected layer id (runs "
-    "outside offloading, warned); that empty iteration stays live after the "
-    "step's backward, until the next forward")
-BUDGET_REFUSAL_IN_ENTER = (
-    "BUG (SPEC 7.8): OffloadActivations without layers raises the budget "
-    "refusal from __enter__ after setting _active, so every later `with ctx` "
-    "raises 'OffloadActivations entered again inside its forward'")
-
-TE_OFFLOADS_BUFFERS = (
-    "BUG (SPEC 7.5): get_cpu_offload_context offloads a registered buffer saved "
-    "for backward (it knows no module: only nn.Parameter, views of parameters "
-    "and leaves needing grad are recognised); the frozen weight's view is kept")
-
-
-def xfail_if(request, kind, kinds, reason):
-    if kind in kinds:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+# Fixed package bugs this file found (each case here failed before its fix):
+# - a kept tensor stored as its own Python object made a saved output's node
+#   hold itself through C++, so graphs dropped without a full backward were
+#   never freed (now a detached alias);
+# - after a detach mid-forward, OffloadActivations(layers) left an empty
+#   iteration live until the next forward (EndForward now drops it);
+# - a budget refused in OffloadActivations.__enter__ left the context
+#   entered for good;
+# - TE's context offloaded registered buffers (the modules that run inside
+#   it are now noted).
 
 
 # --- layers for the cases ------------------------------------------------------
@@ -334,7 +319,6 @@ def test_frozen_first_layers_then_a_normal_iteration(kind):
 
 @pytest.mark.parametrize("kind", ALL_DOORS)
 def test_detach_between_layers_then_a_normal_iteration(kind, request):
-    xfail_if(request, kind, ["oa_layers", "oa_model"], DETACHED_LEAVES_EMPTY_ITERATION)
     model = Stack(layers=4)
 
     def step(door, model, x, it):
@@ -349,7 +333,6 @@ def test_detach_between_layers_then_a_normal_iteration(kind, request):
 @pytest.mark.parametrize("kind", ALL_DOORS)
 def test_backward_inputs_last_layers_then_a_normal_iteration(kind, request):
     # TE keeps layers 2-3 (k=2): layer 2's kept softmax output is never reached.
-    xfail_if(request, kind, ["te"], KEPT_OUTPUT_CYCLE)
     model = Stack(layers=4)
     last = list(model.layers[-1].parameters()) + list(model.head.parameters())
 
@@ -376,7 +359,6 @@ class Boom(Exception):
 
 @pytest.mark.parametrize("kind", ALL_DOORS)
 def test_forward_thrown_away_then_a_normal_step(kind, request):
-    xfail_if(request, kind, LAYER_DOORS, KEPT_OUTPUT_CYCLE)
     model = Stack(layers=4)
 
     def step(door, model, x, it):
@@ -460,7 +442,6 @@ def test_exception_in_backward_then_a_normal_step(kind):
 
 @pytest.mark.parametrize("kind", ALL_DOORS)
 def test_eval_pass_with_grad_enabled_between_steps(kind, request):
-    xfail_if(request, kind, LAYER_DOORS, KEPT_OUTPUT_CYCLE)
     model = Stack(layers=4)
 
     def step(door, model, x, it):
@@ -624,7 +605,6 @@ def test_te_sync_left_off_the_last_layer():
 
 @pytest.mark.parametrize("layers", [False, True], ids=["no_layers", "layers"])
 def test_budget_too_small_is_refused_once_then_runs(layers, request):
-    xfail_if(request, layers, [False], BUDGET_REFUSAL_IN_ENTER)
     model = Stack(layers=4)
     extra = {"layers": model.layers} if layers else {}
     ctx = actoffload.OffloadActivations(budget_bytes=1, min_offload_size=MIN_BYTES,
@@ -771,7 +751,6 @@ def saved_in_offloaded_layers(model, x, k, min_bytes):
 
 @pytest.mark.parametrize("kind", ["oa_layers_model", "oa_model", "te"])
 def test_lora_frozen_weights_views_and_buffers_are_not_offloaded(kind, request):
-    xfail_if(request, kind, ["te"], TE_OFFLOADS_BUFFERS)
     model = lora_model()
     k = 2 if kind == "te" else 3
     if kind == "te":
@@ -800,7 +779,6 @@ def test_lora_frozen_weights_views_and_buffers_are_not_offloaded(kind, request):
 
 @pytest.mark.parametrize("kind", ["oa_layers", "oa_model", "te"])
 def test_only_parameters_and_buffers_saved_nothing_offloaded(kind, request):
-    xfail_if(request, kind, ["te"], TE_OFFLOADS_BUFFERS)
     step = input_requiring_grad(normal_step)
     # The control: the same computation on copies of the weight and buffer
     # (activations, offloaded).

@@ -93,6 +93,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
   // The parameters and buffers of the caller's modules: never offloaded.
   void SetModelTensors(const std::vector<at::Tensor>& tensors) {
     model_storages_.clear();
+    AddModelTensors(tensors);
+  }
+  void AddModelTensors(const std::vector<at::Tensor>& tensors) {
     for (const at::Tensor& tensor : tensors) {
       if (tensor.defined() && tensor.has_storage()) {
         model_storages_.insert(tensor.storage().unsafeGetStorageImpl());
@@ -269,9 +272,15 @@ class Loop : public std::enable_shared_from_this<Loop> {
   py::object Keep(const py::object& object) {
     return Keep(object, py::cast<at::Tensor>(object));
   }
+  // A detached alias (same storage and version counter), never the
+  // object itself: an op's saved output holds its node, and a node holding
+  // its output through this C++ tuple is a cycle Python's collector cannot
+  // see, so the graph would never be freed. Autograd restores the saved
+  // tensor's own metadata at unpack.
   py::object Keep(const py::object& object, const at::Tensor& tensor) {
+    (void)object;
     return py::make_tuple(
-        object,
+        py::cast(tensor.detach()),
         torch::autograd::impl::version_counter(tensor).current_version());
   }
   // The first call of a backward pass queues the loop's PassEnded at its
@@ -345,6 +354,7 @@ void BindTrainingLoop(py::module& m) {
       .def("end_forward", &Loop::EndForward)
       .def("end_layer", &Loop::EndLayer)
       .def("set_model_tensors", &Loop::SetModelTensors)
+      .def("add_model_tensors", &Loop::AddModelTensors)
       .def("pack", &Loop::Pack)
       .def("unpack", &Loop::Unpack)
       .def("backward_step", &Loop::BackwardStep)
