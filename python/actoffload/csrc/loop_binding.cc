@@ -289,10 +289,15 @@ class Loop : public std::enable_shared_from_this<Loop> {
     if (pass_queued_) return;
     pass_queued_ = true;
     std::weak_ptr<Loop> weak = weak_from_this();
-    torch::autograd::Engine::get_default_engine().queue_callback([weak] {
-      py::gil_scoped_acquire gil;
-      if (std::shared_ptr<Loop> self = weak.lock()) self->PassEnded();
-    });
+    try {
+      torch::autograd::Engine::get_default_engine().queue_callback([weak] {
+        py::gil_scoped_acquire gil;
+        if (std::shared_ptr<Loop> self = weak.lock()) self->PassEnded();
+      });
+    } catch (const std::exception&) {
+      // Not inside a backward pass (a caller driving the hooks itself):
+      // the pass stays open until pass_ended() or the next forward.
+    }
   }
 
   std::shared_ptr<Session> session_;  // outlives loop_
