@@ -1,0 +1,94 @@
+"""Real training-loop patterns on a Hugging Face Llama on the GPU (skipped
+without CUDA or transformers): LoRA adapters (peft), non-reentrant gradient
+checkpointing, bf16 autocast and a gradient penalty through
+autograd.grad(create_graph=True), each through TE's front door,
+OffloadActivations(layers=model, model=model) and torchtune's
+get_act_offloading_ctx_manager; loss and every gradient bit-identical to the
+loop without the package on every step (eager attention, deterministic
+cuBLAS), and nothing left live after the step."""
+
+import contextlib
+import os
+import warnings
+
+import pytest
+import torch
+
+import actoffload
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+tf = pytest.importorskip("transformers")
+
+
+def build(lora, ckpt):
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").cuda()
+    model.config.use_cache = False
+    if lora:
+        peft = pytest.importorskip("peft")
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=["q_proj", "v_proj"]))
+    if ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.train()
+
+
+def step(model, ids, wrap, amp, penalty):
+    for p in model.parameters():
+        p.grad = None
+    autocast = torch.autocast("cuda", torch.bfloat16) if amp else contextlib.nullcontext()
+    with autocast:
+        with wrap():
+            loss = model(input_ids=ids, labels=ids).loss
+        if penalty:
+            last = [p for p in model.parameters() if p.requires_grad][-1]
+            grad, = torch.autograd.grad(loss, last, create_graph=True)
+            loss = loss + 1e-3 * grad.pow(2).sum()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@contextlib.contextmanager
+def te_hooks(model, ctx, sync):
+    handles = []
+    for layer in actoffload.find_layers(model):
+        handles.append(layer.register_forward_pre_hook(lambda m, a: ctx.__enter__() and None))
+
+        def post(m, a, out):
+            ctx.__exit__(None, None, None)
+            sync(out[0] if isinstance(out, tuple) else out)
+        handles.append(layer.register_forward_hook(post))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@pytest.mark.parametrize("penalty", [False, True], ids=["plain", "penalty"])
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16_autocast"])
+@pytest.mark.parametrize("lora,ckpt", [(False, False), (True, False), (True, True)],
+                         ids=["full", "lora", "lora_checkpointing"])
+def test_hugging_face_llama_loops_are_bit_identical(lora, ckpt, amp, penalty):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = build(lora, ckpt)
+    ids = torch.randint(0, 1000, (2, 512), device="cuda")
+    reference = step(model, ids, contextlib.nullcontext, amp, penalty)
+    n = len(actoffload.find_layers(model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchtune's helper: no `output` head
+        ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=n)
+        doors = {"te": (lambda: te_hooks(model, ctx, sync), ctx),
+                 "oa": (None, actoffload.OffloadActivations(layers=model, model=model)),
+                 "tune": (None, actoffload.get_act_offloading_ctx_manager(model, True))}
+        for name, (wrap, door) in doors.items():
+            wrap = wrap or (lambda door=door: door)
+            for _ in range(2):
+                loss, grads = step(model, ids, wrap, amp, penalty)
+                assert torch.equal(loss, reference[0]), name
+                assert len(grads) == len(reference[1])
+                assert all(torch.equal(a, b) for a, b in zip(grads, reference[1])), name
+            assert door.offloader.live_iterations() == 0, name
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
