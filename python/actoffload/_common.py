@@ -1,5 +1,7 @@
-"""What the three front doors share: the extension, sessions, and the
-saved-tensor hooks' filter (SPEC §1.2) in front of the engine's Push/Pop."""
+"""What the front doors share: the extension, sessions, the layer-end
+hooks of the TrainingLoop's front doors (te.py, whole_model.py), and the
+fine-grained door's saved-tensor filter (SPEC §1.2) in front of its
+Push/Pop."""
 
 import os
 import warnings
@@ -64,7 +66,8 @@ def _weight_like(tensor):
     if tensor.is_leaf and tensor.requires_grad:
         return True
     base = tensor._base
-    return base is not None and base.is_leaf and base.requires_grad
+    return base is not None and (isinstance(base, torch.nn.Parameter) or
+                                 (base.is_leaf and base.requires_grad))
 
 
 def keep(tensor):

@@ -1,5 +1,6 @@
-// actoffload._C: the engine's two front doors for Python, over a Session
-// (session.h). Thin: each method is one engine call; a non-OK Status
+// actoffload._C: the engine's front doors for Python, over a Session
+// (session.h): the layer mode as a TrainingLoop (loop_binding.cc) and the
+// fine-grained mode here. Thin: each method is one engine call; a non-OK Status
 // becomes actoffload.OffloadError with the engine's message. The Python
 // package (actoffload/*.py) puts PyTorch's hooks around these.
 
@@ -79,49 +80,6 @@ at::Tensor PopTensor(Session& session, FrontDoor& door, const Handle& handle) {
   session.SyncComputeForHost();
   return session.ToTorch(popped, handle.version.dtype);
 }
-
-// Layer mode (engine/offload.h), TE's get_cpu_offload_context and the byte
-// budget.
-class LayerOffloader {
- public:
-  LayerOffloader(std::shared_ptr<Session> session,
-                 const offload::OffloadOptions& options)
-      : session_(std::move(session)),
-        offloader_(ValueOrThrow(
-            offload::Offloader::Create(session_->backend(), options))) {}
-
-  int ForwardStep() { return ValueOrThrow(offloader_->ForwardStep()); }
-  void BackwardStep(int layer) { ThrowIfError(offloader_->BackwardStep(layer)); }
-  void FinishBackward() { ThrowIfError(offloader_->FinishBackward()); }
-  py::object Push(const py::object& tensor, bool parameter,
-                  bool do_not_offload, bool offload_base,
-                  const ReadyEvent* ready) {
-    return PushTensor(*session_, *offloader_, tensor, parameter,
-                      do_not_offload, offload_base, ready);
-  }
-  at::Tensor Pop(const Handle& handle) {
-    return PopTensor(*session_, *offloader_, handle);
-  }
-  void StartOffload(int layer) { ThrowIfError(offloader_->StartOffload(layer)); }
-  void ReleaseForwardMemory(int layer) {
-    ThrowIfError(offloader_->ReleaseForwardMemory(layer));
-  }
-  void StartReload(int layer) { ThrowIfError(offloader_->StartReload(layer)); }
-  bool WillOffload(int layer) const { return offloader_->WillOffload(layer); }
-  std::string State(int layer) const {
-    return offload::GroupStateName(offloader_->state(layer));
-  }
-  int64_t OffloadedBytes() const { return offloader_->OffloadedBytes(); }
-  py::dict Stats() const { return StatsDict(offloader_->stats()); }
-  std::vector<std::string> Warnings() const {
-    return offloader_->diagnostics().warnings();
-  }
-  std::string BudgetPlanText() const { return offloader_->BudgetPlanText(); }
-
- private:
-  std::shared_ptr<Session> session_;  // outlives the offloader
-  std::unique_ptr<offload::Offloader> offloader_;
-};
 
 // Fine-grained mode (engine/pipeline_offload.h), Megatron's calls for one
 // pipeline rank.
@@ -247,52 +205,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       });
 
   BindTrainingLoop(m);
-
-  py::class_<LayerOffloader>(m, "LayerOffloader")
-      .def(py::init([](std::shared_ptr<Session> session, bool enabled,
-                       int model_layers, int offloaded_layers, bool manual,
-                       bool retain, int64_t min_offload_elements,
-                       std::optional<int64_t> budget_bytes,
-                       double min_span_coverage, bool skip_sparse_views,
-                       bool warnings_to_stderr) {
-             offload::OffloadOptions options;
-             options.enabled = enabled;
-             options.model_layers = model_layers;
-             options.offloaded_layers = offloaded_layers;
-             options.manual_synchronization = manual;
-             options.retain_pinned_buffers = retain;
-             options.min_offload_elements = min_offload_elements;
-             options.activation_budget_bytes = budget_bytes;
-             options.min_span_coverage = min_span_coverage;
-             options.skip_sparse_views = skip_sparse_views;
-             options.warnings_to_stderr = warnings_to_stderr;
-             return std::make_unique<LayerOffloader>(std::move(session),
-                                                     options);
-           }),
-           py::arg("session"), py::arg("enabled") = true,
-           py::arg("model_layers") = 1, py::arg("offloaded_layers") = 1,
-           py::arg("manual") = false, py::arg("retain") = false,
-           py::arg("min_offload_elements") = 256 * 1024,
-           py::arg("budget_bytes") = std::nullopt,
-           py::arg("min_span_coverage") = 0.5,
-           py::arg("skip_sparse_views") = false,
-           py::arg("warnings_to_stderr") = false)
-      .def("forward_step", &LayerOffloader::ForwardStep)
-      .def("backward_step", &LayerOffloader::BackwardStep)
-      .def("finish_backward", &LayerOffloader::FinishBackward)
-      .def("push", &LayerOffloader::Push, py::arg("tensor"),
-           py::arg("parameter") = false, py::arg("do_not_offload") = false,
-           py::arg("offload_base") = false, py::arg("ready") = nullptr)
-      .def("pop", &LayerOffloader::Pop)
-      .def("start_offload", &LayerOffloader::StartOffload)
-      .def("release_forward_memory", &LayerOffloader::ReleaseForwardMemory)
-      .def("start_reload", &LayerOffloader::StartReload)
-      .def("will_offload", &LayerOffloader::WillOffload)
-      .def("state", &LayerOffloader::State)
-      .def("offloaded_bytes", &LayerOffloader::OffloadedBytes)
-      .def("stats", &LayerOffloader::Stats)
-      .def("warnings", &LayerOffloader::Warnings)
-      .def("budget_plan_text", &LayerOffloader::BudgetPlanText);
 
   py::class_<FineGrainedOffloader>(m, "FineGrainedOffloader")
       .def(py::init([](std::shared_ptr<Session> session, bool enabled,
