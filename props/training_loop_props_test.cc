@@ -14,9 +14,20 @@
 // every graph is gone, the device holds what it held before the program, no
 // host copy is left (beyond retained pinned buffers) and no iteration is
 // live.
+//
+// The byte-budget variant (SPEC §4.7 with §7.3) runs the same programs, and
+// train steps (a whole forward, a whole backward pass) among them, under an
+// activation_budget_bytes between a quarter of and all the bytes a forward
+// saves, with keep_host_copies, sometimes smallest_budget: the first
+// iteration of each pooled Offloader records, later ones follow its plan, a
+// diverged one records again. A PassEnded may then refuse a budget no plan
+// can keep, only where it made a plan, naming the smallest budget that fits
+// and planning with it; every other call is OK, every plan made keeps its
+// peak within its budget, and the rest holds as above.
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -25,6 +36,7 @@
 #include <vector>
 
 #include "backends/sim/sim_backend.h"
+#include "engine/offload.h"
 #include "engine/offload_options.h"
 #include "engine/status.h"
 #include "engine/training_loop.h"
@@ -39,6 +51,8 @@ using loop_test::LoopGraph;
 using loop_test::LoopHarness;
 
 constexpr int kMaxLiveGraphs = 3;
+// What LoopHarness saves per tensor: 4096 f32 elements.
+constexpr int64_t kTensorBytes = 4096 * 4;
 
 struct Config {
   int layers = 4;         // n, 3..5
@@ -49,6 +63,16 @@ struct Config {
   double gbps = 55.0;
   bool jitter = false;
   int teardown = 0;       // how the program ends (see Teardown)
+  // The byte-budget variant: activation_budget_bytes of this many
+  // thousandths of what a whole forward saves (250..1000).
+  bool budget = false;
+  int budget_permille = 1000;
+  bool smallest_budget = false;
+
+  int64_t SavedBytes() const {
+    return int64_t{per_layer} * layers * kTensorBytes;
+  }
+  int64_t BudgetBytes() const { return SavedBytes() * budget_permille / 1000; }
 };
 
 // One step of a program. The raw numbers are read against the model's state
@@ -62,27 +86,37 @@ struct Op {
     kDrop,           // a graph freed
     kDropBelow,      // a graph's layers below some layer freed (detached)
     kBackward,       // one pass over some traversable graphs, then PassEnded
+    kStep,           // budget variant: a train step (a whole forward, then a
+                     // pass down to layer 0 over it; freed unless retained)
   };
   Kind kind = kForward;
   int pick = 0;     // which graph(s)
   int count = 0;    // layers of a forward
   int lowest0 = 0, lowest1 = 0, lowest2 = 0;  // per graph of a pass
   int order = 0;    // a pass's interleaving of layers over its graphs
-  bool flag = false;   // forward: pre-hook ids; backward: retain_graph
-  bool flag2 = false;  // forward: end a dropped running forward explicitly
+  bool flag = false;   // forward: pre-hook ids; backward, step: retain_graph
+  bool flag2 = false;  // forward: end a dropped running forward explicitly;
+                       // step: pre-hook ids
 };
 
 void showValue(const Config& c, std::ostream& os) {
-  os << "n=" << c.layers << " k=" << c.offloaded
-     << " tensors/layer=" << c.per_layer
+  os << "n=" << c.layers;
+  if (!c.budget) os << " k=" << c.offloaded;  // a budget ignores k
+  os << " tensors/layer=" << c.per_layer
      << (c.retain_pinned ? " retain_pinned_buffers" : "") << " sim_seed="
      << c.sim_seed << " gbps=" << c.gbps << (c.jitter ? " jitter" : "")
      << " teardown=" << c.teardown;
+  if (c.budget) {
+    os << " budget=" << c.BudgetBytes() << " (" << c.budget_permille
+       << "/1000 of " << c.SavedBytes() << ")"
+       << (c.smallest_budget ? " smallest_budget" : "");
+  }
 }
 
 void showValue(const Op& op, std::ostream& os) {
-  static const char* const kNames[] = {"Forward", "Abandon", "StrayAbandon",
-                                       "Drop",    "DropBelow", "Backward"};
+  static const char* const kNames[] = {"Forward",   "Abandon",  "StrayAbandon",
+                                       "Drop",      "DropBelow", "Backward",
+                                       "Step"};
   os << kNames[op.kind] << "{pick=" << op.pick << " count=" << op.count
      << " lowest=" << op.lowest0 << "/" << op.lowest1 << "/" << op.lowest2
      << " order=" << op.order << " flag=" << op.flag << " flag2=" << op.flag2
@@ -90,16 +124,26 @@ void showValue(const Op& op, std::ostream& os) {
 }
 
 // Sized at the most: the numbers are read modulo the model's state, and
-// small sizes would mostly pick the first graph and one layer.
-rc::Gen<Op> GenOp() {
+// small sizes would mostly pick the first graph and one layer. The budget
+// variant adds train steps, so that many programs run whole iterations
+// after the recorded one (a plan is made and followed).
+rc::Gen<Op> GenOp(bool budget) {
+  auto kinds =
+      budget ? rc::gen::weightedElement<Op::Kind>({{4, Op::kForward},
+                                                   {2, Op::kAbandon},
+                                                   {1, Op::kStrayAbandon},
+                                                   {3, Op::kDrop},
+                                                   {2, Op::kDropBelow},
+                                                   {4, Op::kBackward},
+                                                   {7, Op::kStep}})
+             : rc::gen::weightedElement<Op::Kind>({{6, Op::kForward},
+                                                   {2, Op::kAbandon},
+                                                   {1, Op::kStrayAbandon},
+                                                   {3, Op::kDrop},
+                                                   {2, Op::kDropBelow},
+                                                   {5, Op::kBackward}});
   return rc::gen::resize(100, rc::gen::build<Op>(
-      rc::gen::set(&Op::kind,
-                   rc::gen::weightedElement<Op::Kind>({{6, Op::kForward},
-                                                       {2, Op::kAbandon},
-                                                       {1, Op::kStrayAbandon},
-                                                       {3, Op::kDrop},
-                                                       {2, Op::kDropBelow},
-                                                       {5, Op::kBackward}})),
+      rc::gen::set(&Op::kind, std::move(kinds)),
       rc::gen::set(&Op::pick, rc::gen::inRange(0, 64)),
       rc::gen::set(&Op::count, rc::gen::inRange(0, 64)),
       rc::gen::set(&Op::lowest0, rc::gen::inRange(0, 64)),
@@ -109,8 +153,8 @@ rc::Gen<Op> GenOp() {
       rc::gen::set(&Op::flag), rc::gen::set(&Op::flag2)));
 }
 
-rc::Gen<Config> GenConfig() {
-  auto of_layers = [](int layers) {
+rc::Gen<Config> GenConfig(bool budget) {
+  auto of_layers = [budget](int layers) {
     return rc::gen::build<Config>(
         rc::gen::set(&Config::layers, rc::gen::just(layers)),
         rc::gen::set(&Config::offloaded, rc::gen::inRange(0, layers)),
@@ -120,7 +164,15 @@ rc::Gen<Config> GenConfig() {
         rc::gen::set(&Config::sim_seed, rc::gen::inRange<uint64_t>(0, 1000)),
         rc::gen::set(&Config::gbps, rc::gen::element(5.0, 55.0, 500.0)),
         rc::gen::set(&Config::jitter),
-        rc::gen::set(&Config::teardown, rc::gen::inRange(0, 64)));
+        rc::gen::set(&Config::teardown, rc::gen::inRange(0, 64)),
+        rc::gen::set(&Config::budget, rc::gen::just(budget)),
+        rc::gen::set(&Config::budget_permille,
+                     budget ? rc::gen::inRange(250, 1001)
+                            : rc::gen::just(1000)),
+        rc::gen::set(&Config::smallest_budget,
+                     budget ? rc::gen::weightedElement<bool>(
+                                  {{2, false}, {1, true}})
+                            : rc::gen::just(false)));
   };
   return rc::gen::resize(100,
                          rc::gen::mapcat(rc::gen::inRange(3, 6), of_layers));
@@ -154,6 +206,10 @@ class Program {
     options.min_offload_elements = 1024;
     options.keep_host_copies = true;
     options.retain_pinned_buffers = config_.retain_pinned;
+    if (config_.budget) {
+      options.activation_budget_bytes = config_.BudgetBytes();
+      options.smallest_budget = config_.smallest_budget;
+    }
     StatusOr<std::unique_ptr<TrainingLoop>> made =
         TrainingLoop::Create(*sim_, options);
     Check(made.status(), "Create");
@@ -213,12 +269,16 @@ class Program {
       case Op::kBackward:
         Backward(op);
         break;
+      case Op::kStep:
+        TrainStep(op);
+        break;
     }
     CheckPool();
   }
 
-  void Forward(const Op& op) {
-    if (static_cast<int>(live_.size()) >= kMaxLiveGraphs) return;
+  // Returns the new graph, or nullptr when kMaxLiveGraphs are alive.
+  ModelGraph* Forward(const Op& op) {
+    if (static_cast<int>(live_.size()) >= kMaxLiveGraphs) return nullptr;
     const int n = config_.layers;
     const int m = 1 + op.count % n;
     const bool expected_ids = op.flag;
@@ -231,13 +291,15 @@ class Program {
     // sees a freed graph by its saved handles only (graph_dropped), so the
     // next ForwardStep(-1) goes on with the freed iteration's next layer
     // (reported; a new iteration when the markers go too would also restart
-    // callers that keep no marker).
+    // callers that keep no marker). Under a byte budget every tensor the
+    // loop is shown is a saved handle, so a freed graph is seen as such.
     if (running_ >= 0 && running_layers_ < n && Find(running_) == nullptr) {
       freed_mid_forward_ = true;
     }
     if (running_ >= 0 && running_layers_ < n && !expected_ids) {
       const bool dropped = Find(running_) == nullptr;
-      if (!dropped || op.flag2 || config_.offloaded == 0) {
+      if (!dropped || op.flag2 ||
+          (config_.offloaded == 0 && !config_.budget)) {
         loop_->EndForward();
         how = " after EndForward";
       }
@@ -260,6 +322,7 @@ class Program {
     running_layers_ = m;
     live_.push_back(std::move(g));
     last_was_forward_ = true;
+    return live_.back().get();
   }
 
   void Abandon() {
@@ -318,7 +381,42 @@ class Program {
       chosen.push_back(candidates[op.pick % candidates.size()]);
     }
     if (op.pick & 8) std::reverse(chosen.begin(), chosen.end());
-    const bool retain = op.flag;
+    std::vector<int> lowest;
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      const ModelGraph* g = chosen[i];
+      const int span = g->layers - g->dropped_below;
+      const int raw = i == 0 ? op.lowest0 : i == 1 ? op.lowest1 : op.lowest2;
+      lowest.push_back(g->dropped_below + raw % span);
+    }
+    Pass(chosen, lowest, /*retain=*/op.flag, op.order);
+  }
+
+  // A train step: a whole forward, a pass over it down to layer 0, and the
+  // graph freed unless retained (then later passes may traverse it again).
+  void TrainStep(const Op& op) {
+    Op forward;
+    forward.kind = Op::kForward;
+    forward.count = config_.layers - 1;  // all n layers
+    forward.flag = op.flag2;
+    Log("Step:");
+    ModelGraph* g = Forward(forward);
+    if (g == nullptr) return;
+    const int id = g->id;
+    Pass({g}, {0}, /*retain=*/op.flag, op.order);
+    if (!op.flag) {
+      for (size_t i = 0; i < live_.size(); ++i) {
+        if (live_[i]->id == id) {
+          Drop(i);
+          break;
+        }
+      }
+    }
+  }
+
+  // One backward pass over `chosen`, each down to its `lowest` layer, then
+  // PassEnded.
+  void Pass(const std::vector<ModelGraph*>& chosen,
+            const std::vector<int>& lowest, bool retain, int order) {
     // Per graph: the layers this pass reaches, top down.
     struct Walk {
       ModelGraph* g;
@@ -330,19 +428,16 @@ class Program {
     line << "Backward(";
     for (size_t i = 0; i < chosen.size(); ++i) {
       ModelGraph* g = chosen[i];
-      const int span = g->layers - g->dropped_below;
-      const int raw = i == 0 ? op.lowest0 : i == 1 ? op.lowest1 : op.lowest2;
-      const int lowest = g->dropped_below + raw % span;
-      walks.push_back({g, g->layers - 1, lowest});
-      line << (i ? ", " : "") << "G" << g->id << " down to " << lowest;
+      walks.push_back({g, g->layers - 1, lowest[i]});
+      line << (i ? ", " : "") << "G" << g->id << " down to " << lowest[i];
     }
     // Interleaved layer by layer (`order` picks whose layer is next) or one
     // graph after another.
-    const bool interleave = (op.order & 1) != 0;
+    const bool interleave = (order & 1) != 0;
     line << (retain ? "; retain" : "") << (interleave ? "; interleaved" : "")
          << ") + PassEnded";
     Log(line.str());
-    uint32_t state = static_cast<uint32_t>(op.order) * 2654435761u + 1;
+    uint32_t state = static_cast<uint32_t>(order) * 2654435761u + 1;
     for (;;) {
       std::vector<Walk*> open;
       for (Walk& w : walks) {
@@ -360,10 +455,13 @@ class Program {
                          std::to_string(w->next));
       --w->next;
     }
-    Check(loop_->PassEnded(), "PassEnded");
+    EndPass();
     RC_ASSERT(sim_->hazards().empty());
-    for (ModelGraph* g : chosen) {
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      ModelGraph* g = chosen[i];
       partial_traversed_ |= g->layers < config_.layers;
+      full_iterations_ += g->layers == config_.layers && lowest[i] == 0 &&
+                          g->traversals == 0;
       second_traversal_ |= g->traversals++ > 0;
       if (g->id == running_) running_ = -1;  // its backward began
       if (!retain) {
@@ -372,6 +470,91 @@ class Program {
       }
     }
     several_graphs_ |= chosen.size() > 1;
+  }
+
+  // A plan's last line (FormatBudgetPlan): its peak and budget.
+  struct PlanLine {
+    int64_t peak = -1;
+    int64_t budget = -1;
+  };
+  static PlanLine ReadPlan(const std::string& text) {
+    PlanLine out;
+    const size_t at = text.find("peak on device ");
+    if (at == std::string::npos) return out;
+    long long peak = -1, budget = -1;
+    if (std::sscanf(text.c_str() + at, "peak on device %lld bytes, budget %lld",
+                    &peak, &budget) == 2) {
+      out.peak = peak;
+      out.budget = budget;
+    }
+    return out;
+  }
+
+  // PassEnded. Without a budget it must succeed. With one, the pooled
+  // Offloaders that had no plan before it and have one after it made their
+  // plans in it: each keeps its peak within its budget, which is the one
+  // asked for (a refused one's: the smallest that fits; smallest_budget's:
+  // at least the one asked for); the call may return kResourceExhausted
+  // only for such a refusal, naming the budget a plan made in it has.
+  void EndPass() {
+    const std::vector<const Offloader*> offloaders = loop_->offloaders();
+    std::vector<bool> had_plan;
+    for (const Offloader* o : offloaders) {
+      had_plan.push_back(!o->BudgetPlanText().empty());
+    }
+    const Status ended = loop_->PassEnded();
+    if (!config_.budget) {
+      Check(ended, "PassEnded");
+      return;
+    }
+    RC_ASSERT(loop_->offloaders().size() == offloaders.size());
+    const int64_t asked = config_.BudgetBytes();
+    std::vector<PlanLine> made;
+    for (size_t i = 0; i < offloaders.size(); ++i) {
+      const std::string text = offloaders[i]->BudgetPlanText();
+      if (had_plan[i] || text.empty()) continue;
+      const PlanLine plan = ReadPlan(text);
+      Log("  plan made: peak " + std::to_string(plan.peak) + ", budget " +
+          std::to_string(plan.budget));
+      if (plan.budget < 0 || plan.peak < 0) RC_FAIL("unreadable plan:\n" + text);
+      RC_ASSERT(plan.peak <= plan.budget);
+      if (config_.smallest_budget) {
+        RC_ASSERT(plan.budget >= asked);
+      } else if (plan.budget != asked) {
+        // Only a refused budget is planned for another one (the smallest
+        // that fits, which is more).
+        RC_ASSERT(plan.budget > asked);
+        RC_ASSERT(ended.code() == StatusCode::kResourceExhausted);
+      }
+      made.push_back(plan);
+    }
+    plans_made_ += made.size();
+    if (ended.ok()) return;
+    if (ended.code() != StatusCode::kResourceExhausted ||
+        config_.smallest_budget) {
+      Check(ended, "PassEnded");
+    }
+    const std::string message = ended.ToString();
+    Log("  PassEnded: " + message);
+    if (message.find("smallest budget that fits") == std::string::npos) {
+      Check(ended, "PassEnded (not a refused budget)");
+    }
+    long long fits = -1;
+    const size_t at = message.find("planned for ");
+    if (at == std::string::npos ||
+        std::sscanf(message.c_str() + at, "planned for %lld bytes", &fits) !=
+            1) {
+      RC_FAIL("a refused budget naming no budget planned for: " + message);
+    }
+    RC_ASSERT(fits > asked);
+    bool named = false;
+    for (const PlanLine& plan : made) named |= plan.budget == fits;
+    if (!named) {
+      RC_FAIL("PassEnded refused the budget without making a plan for " +
+              std::to_string(fits) + " bytes in it: " + message);
+    }
+    ++refusals_;
+    RC_ASSERT(refusals_ <= plans_made_);
   }
 
   // Ends the program: a forward still running is ended (a context's exit)
@@ -403,6 +586,16 @@ class Program {
     sim_->RunUntilIdle();
     RC_ASSERT(sim_->hazards().empty());
     RC_ASSERT(loop_->live_iterations() == 0);
+    for (const Offloader* o : loop_->offloaders()) {
+      bytes_offloaded_ += o->stats().bytes_offloaded;
+    }
+    // No failure went unreported (the loop warns where it has nobody to
+    // tell).
+    for (const std::string& w : loop_->diagnostics().warnings()) {
+      if (w.find("ending an iteration") != std::string::npos) {
+        RC_FAIL("warned: " + w);
+      }
+    }
     RC_ASSERT(sim_->device_memory().live_bytes == device_baseline_);
     const int64_t pinned = sim_->pinned_memory().live_bytes - pinned_baseline_;
     RC_ASSERT(pinned == loop_->OffloadedBytes());
@@ -438,6 +631,10 @@ class Program {
   bool partial_traversed_ = false;
   bool freed_mid_forward_ = false;
   bool second_traversal_ = false;
+  int full_iterations_ = 0;  // whole forwards traversed down to layer 0
+  int64_t bytes_offloaded_ = 0;  // over every pooled Offloader
+  size_t plans_made_ = 0;
+  size_t refusals_ = 0;
 };
 
 // SPEC §7.1–7.4 with §6.3 and §6.4: any interleaving of forwards, abandoned
@@ -446,9 +643,9 @@ class Program {
 // once the graphs are gone.
 RC_GTEST_PROP(TrainingLoopProperties, RandomInterleavingsKeepBytesAndMemory,
               ()) {
-  const Config config = *GenConfig();
+  const Config config = *GenConfig(/*budget=*/false);
   const std::vector<Op> ops = *rc::gen::container<std::vector<Op>>(
-      *rc::gen::inRange(1, 41), GenOp());
+      *rc::gen::inRange(1, 41), GenOp(/*budget=*/false));
   RC_LOG() << "n=" << config.layers << " k=" << config.offloaded
            << " tensors/layer=" << config.per_layer
            << (config.retain_pinned ? " retain_pinned_buffers" : "") << "\n";
@@ -457,6 +654,35 @@ RC_GTEST_PROP(TrainingLoopProperties, RandomInterleavingsKeepBytesAndMemory,
   RC_CLASSIFY(program.second_traversal_, "a graph traversed again");
   RC_CLASSIFY(program.several_graphs_, "a pass over several graphs");
   RC_CLASSIFY(program.partial_traversed_, "a partial forward traversed");
+  RC_CLASSIFY(program.abandoned_ || program.freed_mid_forward_,
+              "a forward abandoned or freed mid-way");
+}
+
+// SPEC §4.7 with §7.1–7.4: the same programs, with train steps among them,
+// under a byte budget. Each pooled Offloader records its first iteration
+// and follows the plan made from it; a budget no plan keeps is refused once
+// per plan made (kResourceExhausted from the PassEnded that made it, naming
+// the smallest budget that fits, planned for instead) and never with
+// smallest_budget; everything else as without a budget.
+RC_GTEST_PROP(TrainingLoopProperties,
+              RandomInterleavingsUnderAByteBudgetKeepBytesAndMemory, ()) {
+  const Config config = *GenConfig(/*budget=*/true);
+  const std::vector<Op> ops = *rc::gen::container<std::vector<Op>>(
+      *rc::gen::inRange(1, 41), GenOp(/*budget=*/true));
+  RC_LOG() << "n=" << config.layers << " tensors/layer=" << config.per_layer
+           << (config.retain_pinned ? " retain_pinned_buffers" : "")
+           << " budget=" << config.BudgetBytes() << " of "
+           << config.SavedBytes()
+           << (config.smallest_budget ? " smallest_budget" : "") << "\n";
+  Program program(config);
+  program.Run(ops);
+  RC_CLASSIFY(program.full_iterations_ >= 3, ">= 3 whole iterations");
+  RC_CLASSIFY(program.bytes_offloaded_ > 0, "bytes offloaded");
+  RC_CLASSIFY(program.refusals_ > 0, "a budget refused");
+  RC_CLASSIFY(program.second_traversal_, "a graph traversed again");
+  RC_CLASSIFY(program.second_traversal_ && program.bytes_offloaded_ > 0,
+              "traversed again, with bytes offloaded");
+  RC_CLASSIFY(program.several_graphs_, "a pass over several graphs");
   RC_CLASSIFY(program.abandoned_ || program.freed_mid_forward_,
               "a forward abandoned or freed mid-way");
 }
