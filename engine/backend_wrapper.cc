@@ -103,8 +103,12 @@ Stream& BackendWrapper::ComputeStream() { return *streams_[0]; }
 
 StatusOr<Stream*> BackendWrapper::NewStream(std::string_view name) {
   OFFLOAD_ASSIGN_OR_RETURN(Stream * target, target_.NewStream(name));
+  return AdoptStream(target);
+}
+
+Stream* BackendWrapper::AdoptStream(Stream* target) {
   streams_.push_back(std::make_unique<WrappedStream>(this, target));
-  return static_cast<Stream*>(streams_.back().get());
+  return streams_.back().get();
 }
 
 StatusOr<std::unique_ptr<Event>> BackendWrapper::NewEvent() {

@@ -82,6 +82,10 @@ class BackendWrapper : public Backend {
   // The target's stream behind `stream`; nullptr if `stream` is not one of
   // this wrapper's.
   Stream* TargetStream(const Stream& stream) const;
+  // A stream of this wrapper over `target`, a stream of the target's made
+  // some other way than NewStream (e.g. over a caller's native stream).
+  // REQUIRES: `target` is the target's and outlives this wrapper.
+  Stream* AdoptStream(Stream* target);
   // The target's event behind `event`; nullptr if `event` was not made by
   // this wrapper.
   Event* TargetEvent(const Event& event) const;

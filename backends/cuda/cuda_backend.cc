@@ -224,6 +224,18 @@ StatusOr<Stream*> CudaBackend::NewStream(std::string_view name) {
   return streams_.back().get();
 }
 
+StatusOr<Stream*> CudaBackend::WrapStream(cudaStream_t native,
+                                          std::string_view name) {
+  if (native == nullptr) {
+    return InvalidArgumentError("WrapStream " + Quote(name) +
+                                ": a null CUDA stream");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.push_back(std::make_unique<CudaStream>(this, native,
+                                                  std::string(name), false));
+  return streams_.back().get();
+}
+
 // During a capture that restricts this thread, only spare events (known
 // complete) are reused: cudaEventQuery is capture-unsafe. cudaEventCreate is
 // not.

@@ -202,6 +202,11 @@ class CudaBackend final : public Backend {
   // Backend.
   Stream& ComputeStream() override;
   StatusOr<Stream*> NewStream(std::string_view name) override;
+  // A Stream of this backend over `native`, a stream the caller made on
+  // this device (a framework's, e.g. TE's offload_stream): not owned, never
+  // destroyed here; it must outlive the backend.
+  // Errors: kInvalidArgument for a null stream.
+  StatusOr<Stream*> WrapStream(cudaStream_t native, std::string_view name);
   StatusOr<std::unique_ptr<Event>> NewEvent() override;
   StatusOr<Buffer> AllocateDevice(int64_t bytes, Stream& stream) override;
   StatusOr<Buffer> AllocatePinned(int64_t bytes) override;

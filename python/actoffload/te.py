@@ -218,17 +218,22 @@ def get_cpu_offload_context(enabled=False, num_layers=1, model_layers=1,
         warnings.warn("actoffload: double_buffering has no effect (pinned "
                       "buffers are pooled; see retain_pinned_cpu_buffers)",
                       stacklevel=2)
+    stream_handle = 0
     if offload_stream is not None:
-        warnings.warn("actoffload: the engine copies on streams of its own; "
-                      "offload_stream is not used (docs/python.md, known gaps)",
-                      stacklevel=2)
+        # Manual mode only (checked above): both directions copy on it.
+        if session is None:
+            session = _common.new_session(backend)
+        if session.kind != "cuda":
+            raise ValueError("actoffload: offload_stream is a CUDA stream; this "
+                             f"offloader runs on the {session.kind!r} backend")
+        stream_handle = int(offload_stream.cuda_stream)
     if session is None:
         session = _common.new_session(backend)
     loop = _common.ext().TrainingLoop(
         session, model_layers=model_layers,
         offloaded_layers=0 if manual_synchronization else num_layers,
         manual=manual_synchronization, retain=retain_pinned_cpu_buffers,
-        min_offload_elements=min_offload_size)
+        min_offload_elements=min_offload_size, offload_stream=stream_handle)
     context = CpuOffloadContext(session, loop)
     sync = SyncFunction(context, manual_synchronization)
     if manual_synchronization:

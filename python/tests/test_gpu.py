@@ -83,3 +83,33 @@ def test_another_current_stream_is_refused():
         with pytest.raises(actoffload.OffloadError, match="current CUDA stream"):
             with ctx:
                 pass
+
+
+def test_manual_mode_copies_on_the_given_offload_stream():
+    # TE's offload_stream (manual synchronization): both directions copy on
+    # it (CudaBackend::WrapStream over its cuda_stream), bit-identically.
+    stream = torch.cuda.Stream()
+    ctx, sync, synchronizer = actoffload.get_cpu_offload_context(
+        True, model_layers=3, manual_synchronization=True, min_offload_size=MIN,
+        offload_stream=stream, backend="cuda")
+    model = Stack(layers=3, hidden=256).cuda()
+    x = torch.randn(2, 256, 256, device="cuda")
+    reference = train_step(model, x)
+
+    def forward(model, x):
+        h = model.embed(x)
+        for i, layer in enumerate(model.layers):
+            with ctx:
+                h = layer(h)
+            h = sync(h)
+            if i < 2:
+                synchronizer.start_offload_layer(i)
+        for i in range(2):
+            synchronizer.release_activation_forward_gpu_memory(i)
+        for i in reversed(range(2)):
+            synchronizer.start_reload_layer(i)
+        return model.head(h)
+
+    for _ in range(2):
+        assert_identical(reference, train_step(model, x, forward))
+    assert ctx.offloader.stats()["bytes_reloaded"] > 0

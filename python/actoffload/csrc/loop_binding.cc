@@ -333,7 +333,8 @@ void BindTrainingLoop(py::module& m) {
                        int offloaded_layers, bool manual, bool retain,
                        int64_t min_offload_elements, int64_t min_offload_bytes,
                        std::optional<int64_t> budget_bytes,
-                       bool smallest_budget, bool warnings_to_stderr) {
+                       bool smallest_budget, int64_t offload_stream,
+                       bool warnings_to_stderr) {
              offload::OffloadOptions options;
              options.model_layers = model_layers;
              options.offloaded_layers = offloaded_layers;
@@ -343,6 +344,9 @@ void BindTrainingLoop(py::module& m) {
              options.activation_budget_bytes = budget_bytes;
              options.keep_host_copies = true;
              options.smallest_budget = smallest_budget;
+             if (offload_stream != 0) {
+               options.offload_stream = session->WrapStream(offload_stream);
+             }
              options.warnings_to_stderr = warnings_to_stderr;
              return std::make_shared<Loop>(std::move(session), options,
                                            min_offload_bytes);
@@ -353,6 +357,7 @@ void BindTrainingLoop(py::module& m) {
            py::arg("min_offload_bytes") = 0,
            py::arg("budget_bytes") = std::nullopt,
            py::arg("smallest_budget") = false,
+           py::arg("offload_stream") = 0,
            py::arg("warnings_to_stderr") = false)
       .def("forward_step", &Loop::ForwardStep, py::arg("expected") = -1)
       .def("abandon_forward", &Loop::AbandonForward)

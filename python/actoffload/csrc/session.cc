@@ -268,6 +268,22 @@ void Session::SyncComputeForHost() {
   if (sim_ != nullptr) ThrowIfError(backend_->ComputeStream().Synchronize());
 }
 
+offload::Stream* Session::WrapStream(int64_t handle) {
+  auto it = wrapped_streams_.find(handle);
+  if (it != wrapped_streams_.end()) return it->second;
+#ifdef ACTOFFLOAD_WITH_CUDA
+  if (sim_ == nullptr) {
+    offload::Stream* stream = ValueOrThrow(TorchWrapStream(*backend_, handle));
+    wrapped_streams_.emplace(handle, stream);
+    return stream;
+  }
+#endif
+  (void)handle;
+  throw EngineError(offload::InvalidArgumentError(
+      "offload_stream needs the CUDA backend (this session is '" +
+      options_.kind + "')"));
+}
+
 std::shared_ptr<offload::Event> Session::RecordReady() {
   std::shared_ptr<offload::Event> event = ValueOrThrow(backend_->NewEvent());
   ThrowIfError(backend_->ComputeStream().Record(*event));

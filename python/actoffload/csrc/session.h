@@ -102,6 +102,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // The simulator: runs the compute stream up to what is enqueued on it now
   // (the host "sees" device results, as a CPU op would). No-op on CUDA.
   void SyncComputeForHost();
+  // A stream of the backend over the CUDA stream `handle` (a
+  // torch.cuda.Stream's cuda_stream; TE's offload_stream), one per handle.
+  // Throws on the simulator (it has no CUDA streams).
+  offload::Stream* WrapStream(int64_t handle);
   // An event recorded on the compute stream now (TE's start_offload).
   std::shared_ptr<offload::Event> RecordReady();
 
@@ -138,6 +142,7 @@ class Session : public std::enable_shared_from_this<Session> {
                      c10::weak_intrusive_ptr<c10::StorageImpl>>
       popped_;
   int64_t inserts_since_prune_ = 0;
+  std::unordered_map<int64_t, offload::Stream*> wrapped_streams_;
   void PruneMaps();
 };
 

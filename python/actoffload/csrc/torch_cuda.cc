@@ -109,6 +109,11 @@ class TorchCudaBackend final : private TorchCudaParts,
     return cuda->NativeStream(*target);
   }
   int device() const { return device_; }
+  StatusOr<offload::Stream*> Wrap(cudaStream_t native) {
+    OFFLOAD_ASSIGN_OR_RETURN(offload::Stream * target,
+                             cuda->WrapStream(native, "offload_stream"));
+    return AdoptStream(target);
+  }
 
  protected:
   // A kernel on the stream's SMs: PyTorch's strided copy of the view, as
@@ -173,6 +178,12 @@ Status TorchRecordStream(offload::Backend& backend, const c10::Storage& storage,
   c10::cuda::CUDACachingAllocator::recordStream(
       storage.data_ptr(), TorchStream(native, torch_backend.device()));
   return offload::OkStatus();
+}
+
+StatusOr<offload::Stream*> TorchWrapStream(offload::Backend& backend,
+                                           int64_t handle) {
+  return static_cast<TorchCudaBackend&>(backend).Wrap(
+      reinterpret_cast<cudaStream_t>(handle));
 }
 
 Status TorchCudaSynchronize(offload::Backend& backend) {

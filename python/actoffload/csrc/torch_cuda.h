@@ -32,6 +32,12 @@ offload::Status TorchRecordStream(offload::Backend& backend,
                                   const c10::Storage& storage,
                                   offload::Stream& stream);
 
+// A stream of `backend` (from NewTorchCudaBackend) over the CUDA stream
+// `handle` (a torch.cuda.Stream's cuda_stream): TE's offload_stream.
+// Errors: kInvalidArgument for a null handle.
+offload::StatusOr<offload::Stream*> TorchWrapStream(offload::Backend& backend,
+                                                    int64_t handle);
+
 // Blocks until the device is idle (cudaDeviceSynchronize).
 offload::Status TorchCudaSynchronize(offload::Backend& backend);
 
