@@ -140,16 +140,8 @@ Status BudgetPolicy::EndTraversal() {
   Busy busy(busy_);
   if (!options_.enabled) return OkStatus();
   const std::string where = "EndTraversal of " + Iteration();
-  if (!options_.keep_host_copies) {
-    return FailedPreconditionError(
-        where + ": needs keep_host_copies (without it each unit's host copy "
-                "goes after its last pop)");
-  }
-  if (backward_count_ == 0) {
-    return FailedPreconditionError(where + ": no BackwardStep since the " +
-                                   (traversals_ == 0 ? "forward"
-                                                     : "last traversal"));
-  }
+  OFFLOAD_RETURN_IF_ERROR(CheckEndTraversal(where, options_.keep_host_copies,
+                                            backward_count_, traversals_));
   Status first = OkStatus();
   // A recording's first traversal is one backward: the plan is made from
   // it (a loop that traverses every graph twice still gets one).
@@ -157,10 +149,7 @@ Status BudgetPolicy::EndTraversal() {
     NoteBackwardDrops(backward_calls_);
     first.Update(MakePlan());
   }
-  for (auto& group : groups_) {
-    if (group != nullptr) first.Update(group->DropReloaded());
-  }
-  first.Update(core_.RetryKept());
+  first.Update(offload::EndTraversal(core_, groups_));
   // The next traversal follows the plan's reloads and frees again, from
   // its first call; units it does not reach stay on host.
   backward_calls_ = 0;

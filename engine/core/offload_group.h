@@ -286,6 +286,13 @@ Status EndIteration(OffloadCore& core,
                     std::vector<std::unique_ptr<OffloadGroup>>& groups,
                     bool retain_pinned);
 
+// Ends a backward traversal for a front door's `groups` (SPEC §7.3): each
+// group's reloaded memory is released (DropReloaded), host copies stay;
+// then the core's kept memory is retried. Every group is handled whatever
+// fails. Errors: the first failure.
+Status EndTraversal(OffloadCore& core,
+                    std::vector<std::unique_ptr<OffloadGroup>>& groups);
+
 }  // namespace offload
 
 #endif  // OFFLOAD_ENGINE_CORE_OFFLOAD_GROUP_H_

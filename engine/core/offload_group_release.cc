@@ -318,6 +318,16 @@ int64_t OffloadGroup::caller_held_bytes() const {
   return total;
 }
 
+Status EndTraversal(OffloadCore& core,
+                    std::vector<std::unique_ptr<OffloadGroup>>& groups) {
+  Status first = OkStatus();
+  for (auto& group : groups) {
+    if (group != nullptr) first.Update(group->DropReloaded());
+  }
+  first.Update(core.RetryKept());
+  return first;
+}
+
 Status EndIteration(OffloadCore& core,
                     std::vector<std::unique_ptr<OffloadGroup>>& groups,
                     bool retain_pinned) {

@@ -153,21 +153,9 @@ Status LayerPolicy::AbandonIteration() {
 Status LayerPolicy::EndTraversal() {
   if (!options_.enabled) return OkStatus();
   const std::string where = "EndTraversal of " + Iteration();
-  if (!options_.keep_host_copies) {
-    return FailedPreconditionError(
-        where + ": needs keep_host_copies (without it each layer's host "
-                "copy goes when its backward ends)");
-  }
-  if (backward_count_ == 0) {
-    return FailedPreconditionError(where + ": no BackwardStep since the " +
-                                   (traversals_ == 0 ? "forward"
-                                                     : "last traversal"));
-  }
-  Status first = OkStatus();
-  for (auto& group : groups_) {
-    if (group != nullptr) first.Update(group->DropReloaded());
-  }
-  first.Update(core_.RetryKept());
+  OFFLOAD_RETURN_IF_ERROR(CheckEndTraversal(where, options_.keep_host_copies,
+                                            backward_count_, traversals_));
+  Status first = offload::EndTraversal(core_, groups_);
   backward_count_ = 0;
   last_backward_ = -1;
   backward_begun_.assign(options_.model_layers, false);

@@ -41,6 +41,21 @@ Status CheckBackwardStep(const std::string& where, int layer, int layers,
   return OkStatus();
 }
 
+Status CheckEndTraversal(const std::string& where, bool keep_host_copies,
+                         int backward_count, int traversals) {
+  if (!keep_host_copies) {
+    return FailedPreconditionError(
+        where + ": needs keep_host_copies (without it each group's host copy "
+                "goes once its backward is done)");
+  }
+  if (backward_count == 0) {
+    return FailedPreconditionError(
+        where + ": no BackwardStep since the " +
+        (traversals == 0 ? "forward" : "last traversal"));
+  }
+  return OkStatus();
+}
+
 Status CheckFinishBackward(const std::string& iteration, int backward_count) {
   if (backward_count == 0) {
     return FailedPreconditionError("FinishBackward in " + iteration +

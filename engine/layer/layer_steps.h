@@ -35,6 +35,13 @@ Status CheckBackwardStep(const std::string& where, int layer, int layers,
 // backward step was taken in the iteration.
 Status CheckFinishBackward(const std::string& iteration, int backward_count);
 
+// EndTraversal's errors before it does anything (SPEC §7.3), prefixed by
+// `where`: kFailedPrecondition without keep_host_copies, or if no backward
+// step was taken since the forward (`traversals` == 0) or the last
+// traversal.
+Status CheckEndTraversal(const std::string& where, bool keep_host_copies,
+                         int backward_count, int traversals);
+
 }  // namespace offload
 
 #endif  // OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
