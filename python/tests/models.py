@@ -61,6 +61,28 @@ def assert_identical(reference, got):
         assert torch.equal(a, b), f"gradient {i} differs"
 
 
+def te_manual_forward(ctx, sync, synchronizer, releaser, offloaded=2):
+    """A forward for train_step with TE's manual synchronization, as TE's
+    example drives it: the first `offloaded` layers' offloads start after
+    their forward, their memory is released (through `releaser`: the
+    synchronizer or the sync function, which both offer the calls) after the
+    last layer's, and their reloads start before the head, in reverse."""
+    def forward(model, x):
+        h = model.embed(x)
+        for i, layer in enumerate(model.layers):
+            with ctx:
+                h = layer(h)
+            h = sync(h)
+            if i < offloaded:
+                synchronizer.start_offload_layer(i)
+        for i in range(offloaded):
+            releaser.release_activation_forward_gpu_memory(i)
+        for i in reversed(range(offloaded)):
+            synchronizer.start_reload_layer(i)
+        return model.head(h)
+    return forward
+
+
 def te_forward(ctx, sync):
     """A forward for train_step written as a TE user writes it: each layer
     inside the context, its output through the sync function."""

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, te_forward, train_step
+from models import Stack, assert_identical, te_forward, te_manual_forward, train_step
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
@@ -96,20 +96,7 @@ def test_manual_mode_copies_on_the_given_offload_stream():
     x = torch.randn(2, 256, 256, device="cuda")
     reference = train_step(model, x)
 
-    def forward(model, x):
-        h = model.embed(x)
-        for i, layer in enumerate(model.layers):
-            with ctx:
-                h = layer(h)
-            h = sync(h)
-            if i < 2:
-                synchronizer.start_offload_layer(i)
-        for i in range(2):
-            synchronizer.release_activation_forward_gpu_memory(i)
-        for i in reversed(range(2)):
-            synchronizer.start_reload_layer(i)
-        return model.head(h)
-
+    forward = te_manual_forward(ctx, sync, synchronizer, synchronizer)
     for _ in range(2):
         assert_identical(reference, train_step(model, x, forward))
     assert ctx.offloader.stats()["bytes_reloaded"] > 0

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import actoffload
+from actoffload.demo import te_hooks  # what a TE user does with a HF model
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 tf = pytest.importorskip("transformers")
@@ -47,23 +48,6 @@ def step(model, ids, wrap, amp, penalty):
             loss = loss + 1e-3 * grad.pow(2).sum()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-
-@contextlib.contextmanager
-def te_hooks(model, ctx, sync):
-    handles = []
-    for layer in actoffload.find_layers(model):
-        handles.append(layer.register_forward_pre_hook(lambda m, a: ctx.__enter__() and None))
-
-        def post(m, a, out):
-            ctx.__exit__(None, None, None)
-            sync(out[0] if isinstance(out, tuple) else out)
-        handles.append(layer.register_forward_hook(post))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @pytest.mark.parametrize("penalty", [False, True], ids=["plain", "penalty"])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, te_forward, train_step
+from models import Stack, assert_identical, te_forward, te_manual_forward, train_step
 
 MIN = 1024  # elements: the test tensors are small
 
@@ -151,20 +151,8 @@ def test_manual_synchronization_offers_tes_calls():
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
 
-    def forward(model, x):
-        h = model.embed(x)
-        for i, layer in enumerate(model.layers):
-            with ctx:
-                h = layer(h)
-            h = sync(h)
-            if i < 2:
-                synchronizer.start_offload_layer(i)
-        for i in range(2):
-            sync.release_activation_forward_gpu_memory(i)
-        for i in reversed(range(2)):
-            synchronizer.start_reload_layer(i)
-        return model.head(h)
-
+    # The release through the sync function: it offers TE's calls too.
+    forward = te_manual_forward(ctx, sync, synchronizer, sync)
     assert_identical(reference, train_step(model, x, forward))
     assert ctx.offloader.stats()["bytes_reloaded"] > 0
     assert ctx._session.hazards() == []
