@@ -1,0 +1,93 @@
+// The limit of the joint plan (SPEC §4.8; issue 30, item 4): the least step
+// time that ANY keep / offload / recompute choice of a JointProblem's units
+// can have under its budget, by ANY schedule of copies. PlanJoint's
+// predicted step (engine/joint_plan.h) can never beat it; the gap between
+// the two is what a better planner could still win. Pure C++, no solver.
+//
+// The physical model it bounds (the planner's assumptions, without the
+// planner's rules): one compute stream runs the forward of units 0..n-1,
+// then the backward of n-1..0; a recomputed unit's backward takes
+// recompute_ns longer and holds recompute_bytes more while it runs. A
+// unit's saved bytes (input_bytes when recomputed) arrive evenly during its
+// forward, are needed whole during its backward and are freed when it ends.
+// An offloaded unit's bytes all go to host and all come back before its
+// backward; copies are fluid (any rate up to d2h_gbps / h2d_gbps, GB/s =
+// 1e9 B/s = 1 B/ns, one engine each way, overlapping compute and each
+// other); a byte is copied out only once produced, and back only once out.
+// At every instant the bytes on device (kept, recomputed inputs, offloaded
+// bytes not yet out or already back, the running recompute's bytes) must
+// be within the budget. Compute may stall for copies: step = compute +
+// stalls.
+//
+// The bound of one choice is the least step meeting these necessary
+// conditions — a relaxation: every real schedule of the choice meets them,
+// so none is faster. With F_i the end of unit i's forward (F_-1 = 0), S_u
+// and E_u the start and end of unit u's backward (E_n = F_n-1), and P_k the
+// offloaded bytes of units 0..k:
+//  - Memory is checked only at unit boundaries: at F_i (all of units 0..i
+//    produced) and at each E_u (what u's backward holds whole, plus the
+//    bytes already back of offloaded units below u). Instants between are
+//    not checked.
+//  - At F_i, offloaded bytes already copied back are not counted; in the
+//    backward, offloaded bytes not yet copied out are not counted.
+//  - D2H runs at full bandwidth from the moment bytes exist: by F_i at most
+//    P_k + d2h * (F_i - F_k) bytes are out, for every k < i (later units'
+//    bytes do not exist before F_k), and at least the excess of units
+//    0..i's bytes over the budget must be.
+//  - A byte may come back the moment it went out (out-and-back costs the
+//    slower rate, not the sum of both): the offloaded bytes of units u..n-1
+//    did not exist before F_u-1 and are out and back by S_u, so
+//    S_u >= F_u-1 + bytes / min(d2h, h2d).
+//  - By E_w, the bytes back of offloaded units below w are at most the room
+//    w's backward leaves in the budget; whatever of units u..w-1 exceeds it
+//    comes back after E_w: S_u >= E_w + (bytes - room) / h2d.
+//  - Ignored: copy latency and per-copy cost, whole-tensor (non-fluid)
+//    copies and frees, interference of copies with compute or each other,
+//    allocator rounding.
+// These are difference constraints between event times in stream order;
+// their least solution (a longest path, one pass) gives the bound.
+//
+// The limit is the exact minimum of that bound over every allowed choice
+// (3^n of them): a depth-first search over units in forward order that
+// skips a prefix whose forward already cannot fit, or whose forward end
+// plus the least remaining compute is above the best step found. At most
+// kJointLimitMaxUnits units.
+
+#ifndef OFFLOAD_ENGINE_JOINT_LIMIT_H_
+#define OFFLOAD_ENGINE_JOINT_LIMIT_H_
+
+#include <vector>
+
+#include "engine/joint_plan.h"
+#include "engine/status.h"
+
+namespace offload {
+
+// The most units JointLimit searches (3^14, about 4.8 million choices).
+inline constexpr int kJointLimitMaxUnits = 14;
+
+struct JointLimitResult {
+  double step_ns = 0;              // the limit: compute_ns + least stalls
+  std::vector<UnitChoice> choice;  // per unit, a choice attaining it
+  double compute_ns = 0;           // forward + backward + recompute of it
+};
+
+// The least bound (above) over every keep / offload / recompute choice the
+// problem allows. Ties go to fewer recomputed units, then to fewer
+// offloaded bytes, then to the choice with the earlier units kept.
+// Errors: kInvalidArgument for a malformed problem (ValidateJointProblem)
+//   or more than kJointLimitMaxUnits units, naming the count;
+//   kResourceExhausted naming the budget when no choice fits it.
+StatusOr<JointLimitResult> JointLimit(const JointProblem& problem);
+
+// The bound of one choice: no schedule of `choice` has a shorter step.
+// Errors: kInvalidArgument for a malformed problem, a choice vector of
+//   another size, or a choice the problem does not allow (naming the
+//   unit); kResourceExhausted naming the unit and the bytes, when the
+//   choice cannot fit the budget at some unit boundary.
+StatusOr<double> JointChoiceBound(const JointProblem& problem,
+                                  const std::vector<UnitChoice>& choice);
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_JOINT_LIMIT_H_

@@ -1,0 +1,341 @@
+// The limit of the joint plan (engine/joint_limit.h): cases worked by hand
+// in the comments, and its properties over random small problems against
+// PlanJoint (never above its predicted step), against every single choice
+// (the least bound, searched exactly) and against the budget.
+
+#include "engine/joint_limit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "engine/joint_plan.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+
+// For gtest's messages: "keep", "offload", "recompute".
+void PrintTo(UnitChoice c, std::ostream* os) { *os << UnitChoiceName(c); }
+
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr UnitChoice K = UnitChoice::kKeep;
+constexpr UnitChoice O = UnitChoice::kOffload;
+constexpr UnitChoice R = UnitChoice::kRecompute;
+
+// As in joint_plan_test: units of 300 bytes, forward 100 ns, backward
+// 200 ns; recomputing one keeps its 30-byte input, takes 100 ns and holds
+// 270 bytes during its backward. `gbps` is bytes per ns.
+JointProblem Stack(int units, double gbps, int64_t budget) {
+  JointProblem p;
+  for (int i = 0; i < units; ++i) {
+    UnitCost u;
+    u.saved_bytes = 300;
+    u.forward_ns = 100;
+    u.backward_ns = 200;
+    u.recomputable = true;
+    u.input_bytes = 30;
+    u.recompute_ns = 100;
+    u.recompute_bytes = 270;
+    p.units.push_back(u);
+  }
+  p.d2h_gbps = p.h2d_gbps = gbps;
+  p.budget = budget;
+  return p;
+}
+
+// a <= b, up to the rounding of two different sums of the same terms.
+bool AtMost(double a, double b) {
+  return a <= b + 1e-9 * std::max(1.0, std::fabs(b));
+}
+
+bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
+  if (c == O) return p.allow_offload;
+  if (c == R) return p.allow_recompute && p.units[unit].recomputable;
+  return true;
+}
+
+// Forward + backward + the recomputed units' re-runs.
+double Compute(const JointProblem& p, const std::vector<UnitChoice>& c) {
+  double total = 0;
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    total += p.units[i].forward_ns + p.units[i].backward_ns +
+             (c[i] == R ? p.units[i].recompute_ns : 0.0);
+  }
+  return total;
+}
+
+// Everything fits: nothing moves and the limit is the compute.
+TEST(JointLimitTest, EverythingFitsSoEverythingIsKept) {
+  for (int64_t budget : {900, 5000}) {
+    ASSERT_OK_AND_ASSIGN(JointLimitResult limit,
+                         JointLimit(Stack(3, 1.0, budget)));
+    EXPECT_THAT(limit.choice, ElementsAre(K, K, K));
+    EXPECT_DOUBLE_EQ(limit.step_ns, 900);  // 3 x (100 + 200)
+    EXPECT_DOUBLE_EQ(limit.compute_ns, 900);
+  }
+}
+
+// Budget 600 for three 300-byte units: one must leave. At 1000 B/ns its
+// 300 bytes move in 0.3 ns, and where they move decides whether that hides:
+//  - Unit 0: out by unit 2's end (300 ns), back during unit 1's backward
+//    (room 300 then): no stall. Step 900.
+//  - Unit 1: units 0 and 2 fill the budget during unit 2's backward, so
+//    unit 1 comes back after it: S_1 >= E_2 + 0.3. Step 900.3.
+//  - Unit 2: units 0 and 1 are kept while unit 2's backward needs its own
+//    300 bytes too: 900 bytes, no schedule fits.
+TEST(JointLimitTest, FastCopiesMakeOneOffloadFree) {
+  const JointProblem p = Stack(3, 1000.0, 600);
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(O, K, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 900);
+  EXPECT_DOUBLE_EQ(limit.compute_ns, 900);
+  EXPECT_THAT(JointChoiceBound(p, {O, K, K}), IsOkAndHolds(900.0));
+  ASSERT_OK_AND_ASSIGN(double middle, JointChoiceBound(p, {K, O, K}));
+  EXPECT_NEAR(middle, 900.3, 1e-9);
+  StatusOr<double> last = JointChoiceBound(p, {K, K, O});
+  EXPECT_THAT(last, StatusIs(StatusCode::kResourceExhausted,
+                             HasSubstr("during unit 2's backward, 900 bytes")));
+}
+
+// Two units, budget 300, 1 B/ns, offload only. Keeping unit 0 cannot fit
+// (its 300 bytes next to unit 1's in unit 1's backward). Offloading unit 0:
+//  - Forward: by unit 1's end, 300 bytes must be out, and none existed
+//    before 0 ns: F_1 >= 300 (compute alone: 200), a 100 ns stall.
+//  - Backward: unit 1 (200 ns) holds the whole budget, so unit 0's 300
+//    bytes come back after it: 500 + 300, then unit 0's 200 ns. Step 1000.
+// A schedule reaches it, so the bound is not too strong here: unit 0's copy
+// runs at 1 B/ns from 0 ns, unit 1's forward advances (stalling in small
+// steps) only as fast as that copy frees room, ending at 300; its backward
+// runs 300..500, unit 0 comes back 500..800 and runs 800..1000.
+// PlanJoint's schedule is slower, 1100: it releases unit 0 before unit 1
+// starts (copy 0..300, forward ends 400), where the bound checks memory
+// only at unit 1's end and lets the copy overlap unit 1's forward.
+TEST(JointLimitTest, StallsWorkedByHand) {
+  JointProblem p = Stack(2, 1.0, 300);
+  p.allow_recompute = false;
+  EXPECT_THAT(JointChoiceBound(p, {O, K}), IsOkAndHolds(1000.0));
+  EXPECT_THAT(JointChoiceBound(p, {K, O}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 1's backward, 600 bytes")));
+  EXPECT_THAT(JointChoiceBound(p, {K, K}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("at the end of unit 1's forward, 600 bytes")));
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(O, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 1000);
+  EXPECT_DOUBLE_EQ(limit.compute_ns, 600);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 1100);
+}
+
+// One unit offloaded though it fits (budget 300), at 1 B/ns: its 300 bytes
+// arrive over 0..100, so the copy out at 1 B/ns ends at 300 at the
+// earliest. Each byte may come back as soon as it left (copy back 0..300
+// right behind the copy out), so the backward runs 300..500: step 500,
+// and that schedule reaches it. Out and then back would give 800.
+TEST(JointLimitTest, OutAndBackMayOverlap) {
+  const JointProblem p = Stack(1, 1.0, 300);
+  EXPECT_THAT(JointChoiceBound(p, {O}), IsOkAndHolds(500.0));
+  EXPECT_THAT(JointChoiceBound(p, {K}), IsOkAndHolds(300.0));
+}
+
+// At 0.1 B/ns one unit's copy alone takes 3000 ns, more than the whole
+// compute: recomputing is cheaper. One recomputed unit leaves 630 bytes in
+// the forward; of the pairs only units 0 and 1 fit the backward (units
+// 1 and 2: unit 2's backward holds 300 + 30 + 30 + 270 = 630). Step
+// 900 + 2 x 100, which PlanJoint also finds.
+TEST(JointLimitTest, SlowCopiesMakeRecomputeWin) {
+  const JointProblem p = Stack(3, 0.1, 600);
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(R, R, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 1100);
+  EXPECT_DOUBLE_EQ(limit.compute_ns, 1100);
+  EXPECT_THAT(JointChoiceBound(p, {K, R, R}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 2's backward, 630 bytes")));
+  ASSERT_OK_AND_ASSIGN(double offload, JointChoiceBound(p, {O, K, K}));
+  EXPECT_GE(offload, 3000 + 200);  // out and back before unit 0's backward
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_DOUBLE_EQ(plan.step_ns, limit.step_ns);
+}
+
+// Unit 1 cannot be recomputed and its backward needs 300 bytes whole.
+TEST(JointLimitTest, NoChoiceFitsIsAClearError) {
+  JointProblem p = Stack(3, 1.0, 200);
+  p.units[1].recomputable = false;
+  EXPECT_THAT(JointLimit(p),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("fits the budget of 200 bytes")));
+  p.allow_offload = false;
+  EXPECT_THAT(JointLimit(p), StatusIs(StatusCode::kResourceExhausted,
+                                      HasSubstr("no keep/recompute choice")));
+}
+
+TEST(JointLimitTest, MalformedProblemsAndChoicesAreRefused) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.units[1].input_bytes = 400;
+  EXPECT_THAT(JointLimit(p), StatusIs(StatusCode::kInvalidArgument,
+                                      HasSubstr("unit 1: input_bytes")));
+  EXPECT_THAT(JointLimit(Stack(kJointLimitMaxUnits + 1, 1.0, 600)),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("15 units")));
+  p = Stack(2, 1.0, 600);
+  EXPECT_THAT(JointChoiceBound(p, {K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("1 choices for 2 units")));
+  p.units[0].recomputable = false;
+  EXPECT_THAT(JointChoiceBound(p, {R, K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: recompute is not allowed")));
+  p.allow_offload = false;
+  EXPECT_THAT(JointChoiceBound(p, {K, O}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 1: offload is not allowed")));
+}
+
+// The most units the search takes, with a budget that forces a mix: it
+// finishes, is never above PlanJoint and not below the compute.
+TEST(JointLimitTest, TheLargestProblemIsSearched) {
+  const JointProblem p = Stack(kJointLimitMaxUnits, 1.0, 300 * 7);
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_TRUE(AtMost(limit.step_ns, plan.step_ns))
+      << limit.step_ns << " vs " << plan.step_ns;
+  EXPECT_GE(limit.step_ns, limit.compute_ns);
+  EXPECT_THAT(JointChoiceBound(p, limit.choice), IsOkAndHolds(limit.step_ns));
+}
+
+rc::Gen<JointProblem> GenProblem() {
+  return rc::gen::exec([] {
+    JointProblem p;
+    const int n = *rc::gen::inRange(1, 7);
+    int64_t total = 0, largest = 0;
+    for (int i = 0; i < n; ++i) {
+      UnitCost u;
+      u.saved_bytes = *rc::gen::inRange<int64_t>(1, 1000);
+      u.forward_ns = *rc::gen::inRange(0, 1000);
+      u.backward_ns = *rc::gen::inRange(0, 2000);
+      u.recomputable = *rc::gen::arbitrary<bool>();
+      u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+      u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+      u.recompute_ns = *rc::gen::inRange(0, 1000);
+      total += u.saved_bytes;
+      largest = std::max(largest, u.saved_bytes);
+      p.units.push_back(u);
+    }
+    p.d2h_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+    p.h2d_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+    // Mostly at least the largest unit, below which few choices fit.
+    const bool roomy = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
+    p.budget = *rc::gen::inRange<int64_t>(roomy ? largest : 1, total + 1);
+    p.allow_offload = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
+    p.allow_recompute = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
+    return p;
+  });
+}
+
+// PlanJoint's prediction is a schedule of its choice, so neither the limit
+// nor the bound of that choice may be above it; and stalls are never
+// negative: the limit is at least the compute of its own choice.
+RC_GTEST_PROP(JointLimitProperties, NeverAbovePlanJointNorBelowItsCompute, ()) {
+  const JointProblem p = *GenProblem();
+  StatusOr<JointLimitResult> limit = JointLimit(p);
+  StatusOr<JointPlan> plan = PlanJoint(p);
+  if (!limit.ok()) {
+    RC_ASSERT(limit.status().code() == StatusCode::kResourceExhausted);
+    RC_ASSERT(!plan.ok());
+    return;
+  }
+  RC_ASSERT(limit->choice.size() == p.units.size());
+  RC_ASSERT(std::fabs(limit->compute_ns - Compute(p, limit->choice)) <= 1e-6);
+  RC_ASSERT(limit->step_ns >= limit->compute_ns);
+  if (plan.ok()) {
+    RC_ASSERT(AtMost(limit->step_ns, plan->step_ns));
+    StatusOr<double> bound = JointChoiceBound(p, plan->choice);
+    RC_ASSERT(bound.ok());
+    RC_ASSERT(AtMost(*bound, plan->step_ns));
+  }
+}
+
+// The search is exact: the limit is the least bound over every allowed
+// choice (enumerated here without pruning), attained by its choice.
+RC_GTEST_PROP(JointLimitProperties, IsTheLeastBoundOfAnyChoice, ()) {
+  const JointProblem p = *GenProblem();
+  const int n = static_cast<int>(p.units.size());
+  int total = 1;
+  for (int i = 0; i < n; ++i) total *= 3;
+  bool any = false;
+  double least = 0;
+  for (int code = 0; code < total; ++code) {
+    std::vector<UnitChoice> c(n);
+    bool allowed = true;
+    for (int i = 0, rest = code; i < n; ++i, rest /= 3) {
+      c[i] = static_cast<UnitChoice>(rest % 3);
+      allowed = allowed && Allowed(p, i, c[i]);
+    }
+    if (!allowed) continue;
+    StatusOr<double> bound = JointChoiceBound(p, c);
+    if (!bound.ok()) {
+      RC_ASSERT(bound.status().code() == StatusCode::kResourceExhausted);
+      continue;
+    }
+    RC_ASSERT(*bound >= Compute(p, c));
+    if (!any || *bound < least) least = *bound;
+    any = true;
+  }
+  StatusOr<JointLimitResult> limit = JointLimit(p);
+  RC_ASSERT(limit.ok() == any);
+  if (!any) return;
+  RC_ASSERT(AtMost(limit->step_ns, least) && AtMost(least, limit->step_ns));
+  StatusOr<double> own = JointChoiceBound(p, limit->choice);
+  RC_ASSERT(own.ok());
+  RC_ASSERT(*own == limit->step_ns);
+}
+
+// Checked here from the definition, not through the bound: at each
+// forward's end what cannot leave (kept bytes, recomputed inputs) fits, and
+// during each backward what it needs whole next to what stays fits.
+RC_GTEST_PROP(JointLimitProperties, ItsChoiceFitsAtEveryUnitBoundary, ()) {
+  const JointProblem p = *GenProblem();
+  StatusOr<JointLimitResult> limit = JointLimit(p);
+  if (!limit.ok()) return;
+  const std::vector<UnitChoice>& c = limit->choice;
+  int64_t stays = 0;  // of units before the one considered
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    const UnitCost& u = p.units[i];
+    RC_ASSERT(Allowed(p, static_cast<int>(i), c[i]));
+    const int64_t whole =
+        c[i] == R ? u.input_bytes + u.recompute_bytes : u.saved_bytes;
+    RC_ASSERT(stays + whole <= p.budget);
+    stays += c[i] == K ? u.saved_bytes : c[i] == R ? u.input_bytes : 0;
+    RC_ASSERT(stays <= p.budget);
+  }
+}
+
+// More room or faster copies only relax the conditions.
+RC_GTEST_PROP(JointLimitProperties, MoreBudgetOrBandwidthNeverRaisesIt, ()) {
+  const JointProblem p = *GenProblem();
+  StatusOr<JointLimitResult> limit = JointLimit(p);
+  JointProblem roomier = p;
+  roomier.budget += *rc::gen::inRange<int64_t>(1, 1000);
+  JointProblem faster = p;
+  faster.d2h_gbps *= *rc::gen::element(1.0, 2.0, 10.0);
+  faster.h2d_gbps *= *rc::gen::element(1.0, 2.0, 10.0);
+  for (const JointProblem& q : {roomier, faster}) {
+    StatusOr<JointLimitResult> relaxed = JointLimit(q);
+    if (!limit.ok()) continue;
+    RC_ASSERT(relaxed.ok());
+    RC_ASSERT(AtMost(relaxed->step_ns, limit->step_ns));
+  }
+}
+
+}  // namespace
+}  // namespace offload
