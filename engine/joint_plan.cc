@@ -311,6 +311,35 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& p) {
   return best;
 }
 
+StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem) {
+  JointProblem p = problem;
+  int64_t high = 1;
+  for (const UnitCost& u : p.units) high += u.saved_bytes;
+  p.budget = high;
+  OFFLOAD_RETURN_IF_ERROR(ValidateJointProblem(p));
+  if (!PlanJoint(p).ok()) {
+    // More than every saved byte: only a recompute's re-created bytes can
+    // need it; grow until a plan fits.
+    while (!PlanJoint(p).ok()) {
+      if (p.budget > (int64_t{1} << 61)) {
+        return InvalidArgumentError("joint plan: no budget fits");
+      }
+      p.budget *= 2;
+    }
+    high = p.budget;
+  }
+  int64_t low = 0;  // infeasible (budgets must be positive)
+  while (high - low > 1) {
+    p.budget = low + (high - low) / 2;
+    if (PlanJoint(p).ok()) {
+      high = p.budget;
+    } else {
+      low = p.budget;
+    }
+  }
+  return high;
+}
+
 Status ValidateJointPlan(const JointPlan& plan, const JointProblem& p) {
   OFFLOAD_RETURN_IF_ERROR(ValidateJointProblem(p));
   const int n = static_cast<int>(p.units.size());

@@ -90,6 +90,12 @@ struct JointPlan {
 //   allowed needs, when none fits.
 StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 
+// The smallest budget some plan fits (PlanJoint succeeds for it and, the
+// model being monotone in the budget, for every larger one): a binary
+// search over PlanJoint. `problem.budget` is ignored.
+// Errors: kInvalidArgument for a malformed problem (the budget aside).
+StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
+
 // The prediction for the given recomputed units (offloaded units follow
 // from the forward rule above).
 // Errors: kInvalidArgument for a malformed problem, a recomputed unit that

@@ -131,6 +131,25 @@ TEST(JointPlanTest, NoPlanFitsIsAClearError) {
   EXPECT_THAT(plan.status().message(), HasSubstr("budget of 200 bytes"));
 }
 
+// The smallest budget fits and one byte less does not; it ignores the
+// problem's own budget.
+TEST(JointPlanTest, SmallestBudgetIsTheEdgeOfFeasibility) {
+  for (double gbps : {0.5, 1.0, 10.0}) {
+    JointProblem p = Stack(4, gbps, 1);
+    p.units[1].recomputable = false;
+    ASSERT_OK_AND_ASSIGN(int64_t smallest, SmallestJointBudget(p));
+    p.budget = smallest;
+    EXPECT_OK(PlanJoint(p).status()) << gbps;
+    p.budget = smallest - 1;
+    EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted)
+        << gbps;
+  }
+  JointProblem bad = Stack(2, 1.0, 600);
+  bad.units[0].saved_bytes = 0;
+  EXPECT_EQ(SmallestJointBudget(bad).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(JointPlanTest, MalformedProblemsAndChoicesAreRefused) {
   JointProblem p = Stack(2, 1.0, 600);
   p.units[1].input_bytes = 400;

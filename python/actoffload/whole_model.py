@@ -29,7 +29,10 @@ import warnings
 
 import torch
 
-from . import _common
+from . import _common, budget
+
+# Module pre-hooks that see keyword arguments (torch >= 2.0).
+_KWARGS_HOOKS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 0)
 
 
 def find_layers(model):
@@ -70,7 +73,9 @@ class OffloadActivations:
     def __init__(self, use_pin_memory=True, use_streams=None,
                  max_fwd_stash_size=5, min_offload_size=1024, *, layers=None,
                  num_layers=None, budget_bytes=None, retain_pinned_buffers=False,
-                 model=None, backend=None, session=None):
+                 model=None, backend=None, session=None, budget_fraction=None,
+                 granularity="layer", allow_offload=True, allow_recompute=True,
+                 probe=None):
         if isinstance(use_pin_memory, (torch.nn.Module, list, tuple)):
             # The package's earlier first argument: the layers.
             layers, use_pin_memory = use_pin_memory, True
@@ -98,7 +103,22 @@ class OffloadActivations:
         self._layers = list(layers) if layers is not None else None
         if self._layers is not None and len(self._layers) == 0:
             raise ValueError("actoffload: an empty list of layers")
-        n = len(self._layers) if self._layers is not None else 1
+        if budget_fraction is not None and not 0 < budget_fraction <= 1:
+            raise ValueError(f"budget_fraction must be in (0, 1], got {budget_fraction}")
+        if budget_fraction is not None and budget_bytes is not None:
+            raise ValueError("give budget_bytes or budget_fraction, not both")
+        self._units = self._layers
+        self._joint = None
+        joint_probe = None
+        if self._layers is not None and (budget_bytes is not None or
+                                         budget_fraction is not None):
+            joint_probe = budget.default_probe(self._layers, probe)
+            if joint_probe is None and budget_fraction is not None:
+                raise ValueError("actoffload: budget_fraction needs a device memory "
+                                 "probe (CUDA layers, or probe=)")
+        if joint_probe is not None:
+            self._units = budget.find_units(self._layers, granularity)
+        n = len(self._units) if self._units is not None else 1
         if budget_bytes is None and self._layers is None:
             budget_bytes = 1  # planned up to the smallest that fits
             smallest = True
@@ -113,11 +133,26 @@ class OffloadActivations:
                              f"got {num_layers}")
         self.min_offload_size = min_offload_size
         self.session = session if session is not None else _common.new_session(backend)
-        self.offloader = _common.ext().TrainingLoop(
-            self.session, model_layers=n,
-            offloaded_layers=num_layers if budget_bytes is None else 0,
-            retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
-            budget_bytes=budget_bytes, smallest_budget=smallest)
+        if joint_probe is not None:
+            # The budget as the user measures it, planned jointly (budget.py).
+            def make_loop(schedule):
+                return _common.ext().TrainingLoop(
+                    self.session, model_layers=n, offloaded_layers=0,
+                    retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
+                    schedule=schedule or None)
+            self.offloader = make_loop(None)
+            bandwidths = (budget.copy_bandwidths(self.session.device)
+                          if isinstance(joint_probe, budget.MemoryProbe)
+                          else (55.0, 55.0))  # SPEC §8's pinned bandwidth
+            self._joint = budget.JointBudget(
+                self, self._units, budget_bytes, budget_fraction, joint_probe,
+                allow_offload, allow_recompute, bandwidths, make_loop)
+        else:
+            self.offloader = _common.ext().TrainingLoop(
+                self.session, model_layers=n,
+                offloaded_layers=num_layers if budget_bytes is None else 0,
+                retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
+                budget_bytes=budget_bytes, smallest_budget=smallest)
         self._handles = []
         self._hooks = None
         self._active = False
@@ -127,11 +162,13 @@ class OffloadActivations:
 
     # --- module hooks (listed layers) -----------------------------------------
     def _pre_hook(self, index):
-        def hook(module, args):
+        def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
             ref, layer, _ = self.offloader.forward_step(index)
             self._refs[index] = (ref, layer)
+            if self._joint is not None:
+                self._joint.unit_begins(index, args, kwargs or {})
             return None
         return hook
 
@@ -141,6 +178,8 @@ class OffloadActivations:
             if running is None:
                 return None
             self.offloader.end_layer()
+            if self._joint is not None:
+                self._joint.unit_ends(index, output)
             ref, layer = running
             if ref is not None:
                 _common.mark_layer_end(self.offloader, ref, layer, output)
@@ -158,6 +197,12 @@ class OffloadActivations:
             return self
         _common.check_stream(self.session)
         _common.end_stale_pass(self.offloader)
+        if self._joint is not None:
+            try:
+                self._joint.begin_forward()  # a refusal is raised here, once
+            except BaseException:
+                self._active = False
+                raise
         if self._modules:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -169,9 +214,16 @@ class OffloadActivations:
                 self._active = False  # refused (SPEC §7.8): nothing entered
                 raise
         else:
-            for index, layer in enumerate(self._layers):
-                self._handles.append(layer.register_forward_pre_hook(self._pre_hook(index)))
-                self._handles.append(layer.register_forward_hook(self._post_hook(index)))
+            for index, unit in enumerate(self._units):
+                if self._joint is not None and _KWARGS_HOOKS:
+                    pre = unit.register_forward_pre_hook(self._pre_hook(index),
+                                                         with_kwargs=True)
+                else:
+                    pre = unit.register_forward_pre_hook(self._pre_hook(index))
+                self._handles.append(pre)
+                self._handles.append(unit.register_forward_hook(self._post_hook(index)))
+            if self._joint is not None:
+                self._joint.install()
         _common.emit_warnings(self.offloader)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(
             self.offloader.pack, self.offloader.unpack)
@@ -186,6 +238,8 @@ class OffloadActivations:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self._joint is not None:
+            self._joint.uninstall()
         self._refs.clear()
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
@@ -199,8 +253,17 @@ class OffloadActivations:
         return False
 
     def budget_plan(self):
-        """The byte budget's plan as a table (empty before it is made)."""
+        """The budget's plan as a table (empty before it is made): the
+        joint plan of the units with a memory probe, else the engine's byte
+        budget."""
+        if self._joint is not None:
+            return self._joint.describe()
         return self.offloader.budget_plan_text()
+
+    @property
+    def joint_budget(self):
+        """The joint plan's state (budget.JointBudget), or None."""
+        return self._joint
 
 
 def _module_tensors(modules):

@@ -205,6 +205,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       });
 
   BindTrainingLoop(m);
+  BindJointPlan(m);
 
   py::class_<FineGrainedOffloader>(m, "FineGrainedOffloader")
       .def(py::init([](std::shared_ptr<Session> session, bool enabled,

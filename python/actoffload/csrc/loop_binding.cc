@@ -19,8 +19,10 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/extension.h>
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -334,7 +336,9 @@ void BindTrainingLoop(py::module& m) {
                        int64_t min_offload_elements, int64_t min_offload_bytes,
                        std::optional<int64_t> budget_bytes,
                        bool smallest_budget, int64_t offload_stream,
-                       bool warnings_to_stderr) {
+                       bool warnings_to_stderr,
+                       std::optional<std::map<int, std::tuple<bool, int, bool, int>>>
+                           schedule) {
              offload::OffloadOptions options;
              options.model_layers = model_layers;
              options.offloaded_layers = offloaded_layers;
@@ -348,6 +352,15 @@ void BindTrainingLoop(py::module& m) {
                options.offload_stream = session->WrapStream(offload_stream);
              }
              options.warnings_to_stderr = warnings_to_stderr;
+             if (schedule.has_value()) {  // SPEC §4.2: layer -> entry
+               offload::ScheduleTable table;
+               for (const auto& [layer, e] : *schedule) {
+                 table[layer] = offload::ScheduleEntry{
+                     std::get<0>(e), std::get<1>(e), std::get<2>(e),
+                     std::get<3>(e)};
+               }
+               options.schedule = std::move(table);
+             }
              return std::make_shared<Loop>(std::move(session), options,
                                            min_offload_bytes);
            }),
@@ -358,7 +371,8 @@ void BindTrainingLoop(py::module& m) {
            py::arg("budget_bytes") = std::nullopt,
            py::arg("smallest_budget") = false,
            py::arg("offload_stream") = 0,
-           py::arg("warnings_to_stderr") = false)
+           py::arg("warnings_to_stderr") = false,
+           py::arg("schedule") = std::nullopt)
       .def("forward_step", &Loop::ForwardStep, py::arg("expected") = -1)
       .def("abandon_forward", &Loop::AbandonForward)
       .def("end_forward", &Loop::EndForward)

@@ -1,5 +1,5 @@
-// What bindings.cc (the module) and loop_binding.cc (the TrainingLoop)
-// share.
+// What bindings.cc (the module), loop_binding.cc (the TrainingLoop) and
+// plan_binding.cc (the joint planner) share.
 
 #ifndef ACTOFFLOAD_CSRC_LOOP_BINDING_H_
 #define ACTOFFLOAD_CSRC_LOOP_BINDING_H_
@@ -15,6 +15,9 @@ namespace actoffload {
 
 // Adds actoffload._C.TrainingLoop, LoopRef and LoopHandle to `m`.
 void BindTrainingLoop(pybind11::module& m);
+
+// Adds actoffload._C.plan_joint and smallest_joint_budget (plan_binding.cc).
+void BindJointPlan(pybind11::module& m);
 
 // The event of a ReadyEvent object (TE's start_offload).
 std::shared_ptr<offload::Event> ReadyEventOf(const pybind11::handle& object);

@@ -1,0 +1,381 @@
+"""A memory budget as the user measures it, planned jointly: per unit (a
+decoder layer, or its attention and MLP blocks) keep, offload or recompute
+(SPEC §4.8, §7.8). Used by OffloadActivations(model, budget_bytes=...).
+
+    ctx = actoffload.OffloadActivations(model, budget_bytes=20 << 30)
+    for batch in data:
+        with ctx:
+            loss = model(**batch).loss
+        loss.backward()
+
+The budget bounds the step's peak as the user reads it: the step's
+torch.cuda.max_memory_allocated() above torch.cuda.memory_allocated()
+before the forward. Its life:
+  1. Profile (the first iteration; nothing offloaded or recomputed): per
+     unit, the bytes it leaves allocated (the allocator's own count before
+     and after its forward), its input's bytes, its forward and backward
+     times (CUDA events), and the step's peak. What is not in the units
+     (embeddings, logits, the loss, gradients) is the peak less the units'
+     bytes; the units get the rest of the budget.
+  2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
+     with the copy bandwidths measured on this machine. A budget no plan
+     fits is refused once (ValueError at the next forward, naming the
+     smallest that fits) and the smallest is planned instead.
+  3. Run: recomputed units run under torch.utils.checkpoint (non-reentrant,
+     RNG state preserved); offloaded units are the engine's layers, with a
+     schedule table (SPEC §4.2) releasing them in forward order.
+  4. Calibrate (warm-up iterations): where the measured peak exceeds the
+     budget, the units' share is lowered by the excess and re-planned.
+This module is glue: it measures and applies; the engine plans.
+"""
+
+import time
+import warnings
+
+import torch
+import torch.utils.checkpoint
+
+from . import _common
+
+# Names of the attention and MLP blocks inside a decoder layer (Hugging Face
+# Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
+_BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
+                "feed_forward", "ffn")
+# The warm-up iterations after the profile in which the peak is measured
+# and the plan corrected.
+WARMUP_ITERATIONS = 3
+# The plan leaves this share of the budget spare (allocator rounding).
+_MARGIN = 0.01
+
+
+def find_units(layers, granularity):
+    """The units, in forward order: the layers themselves ("layer"), or each
+    layer's attention and MLP blocks ("block"; a layer without them is its
+    own unit)."""
+    if granularity == "layer":
+        return list(layers)
+    if granularity != "block":
+        raise ValueError(f"granularity must be 'layer' or 'block', got {granularity!r}")
+    units = []
+    for layer in layers:
+        blocks = [child for name, child in layer.named_children()
+                  if name in _BLOCK_NAMES]
+        units.extend(blocks if blocks else [layer])
+    return units
+
+
+class MemoryProbe:
+    """The caching allocator's own counters for one CUDA device."""
+
+    def __init__(self, device=None):
+        self.device = device
+
+    def allocated(self):
+        return torch.cuda.memory_allocated(self.device)
+
+    def peak(self):
+        return torch.cuda.max_memory_allocated(self.device)
+
+    def reset_peak(self):
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+
+class _Clock:
+    """Timestamps on the current CUDA stream (events), or the host's clock."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter_ns()
+
+    def ns(self, start, end):
+        if self.cuda:
+            end.synchronize()
+            return start.elapsed_time(end) * 1e6
+        return float(end - start)
+
+
+def copy_bandwidths(device=None, nbytes=64 << 20):
+    """Pinned copy bandwidths (d2h, h2d) in GB/s, measured once."""
+    device_buffer = torch.empty(nbytes, dtype=torch.uint8, device=device or "cuda")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    result = []
+    for direction in ("d2h", "h2d"):
+        for attempt in range(2):  # the first warms the path
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            if direction == "d2h":
+                host.copy_(device_buffer, non_blocking=True)
+            else:
+                device_buffer.copy_(host, non_blocking=True)
+            end.record()
+            end.synchronize()
+        result.append(nbytes / (start.elapsed_time(end) * 1e6))
+    return tuple(result)
+
+
+def schedule_for(choice):
+    """The schedule table (SPEC §4.2) for the units the plan offloads: in
+    forward order, the j-th of m offloaded units of n is released when unit
+    n-m+j begins its forward (TE's default for k of n, and never before the
+    unit's own forward ends) and reloaded when the backward of unit
+    n-1-m+j begins (never after its own)."""
+    n = len(choice)
+    offloaded = [u for u, c in enumerate(choice) if c == "offload"]
+    m = len(offloaded)
+    table = {}
+    for j, unit in enumerate(offloaded):
+        release = min(max(n - m + j + 1, unit + 2), n)
+        if release <= unit + 1:
+            continue  # the last unit: releasing it frees nothing before its backward
+        reload = max(1, min(m - j + 1, n - unit))
+        table[unit] = (True, release, False, reload)
+    return table
+
+
+class JointBudget:
+    """The profile, plan and calibration of OffloadActivations' budget mode.
+    `owner` is the OffloadActivations: its `offloader` (the engine's
+    TrainingLoop) is replaced when a plan is applied."""
+
+    def __init__(self, owner, units, budget_bytes, budget_fraction, probe,
+                 allow_offload, allow_recompute, bandwidths, make_loop):
+        self.owner = owner
+        self.units = units
+        self.budget_bytes = budget_bytes
+        self.budget_fraction = budget_fraction
+        self.probe = probe
+        self.allow_offload = allow_offload
+        self.allow_recompute = allow_recompute
+        self.bandwidths = bandwidths
+        self.make_loop = make_loop
+        self.iteration = 0  # forwards begun
+        self.plan = None    # the engine's plan dict, once made
+        self.profile = None
+        self.peaks = []     # measured peak above the forward's start, per iteration
+        self.refusal = None
+        self._units_budget = None
+        self._retired = []  # loops whose graphs may still be alive
+        self._wrappers = {}
+        self._record = None  # this iteration's measurements while measuring
+        self._clock = None
+
+    # --- the iteration's measurements ----------------------------------------
+    @property
+    def measuring(self):
+        return self.iteration <= WARMUP_ITERATIONS
+
+    def begin_forward(self):
+        """At the context's enter: raises a refusal once (SPEC §7.8); starts
+        measuring in the profile and warm-up iterations."""
+        if self.refusal is not None:
+            message, self.refusal = self.refusal, None
+            raise ValueError(message)
+        self.iteration += 1
+        if not self.measuring:
+            self._record = None
+            return
+        if self._clock is None:
+            self._clock = _Clock(isinstance(self.probe, MemoryProbe))
+        self.probe.reset_peak()
+        n = len(self.units)
+        self._record = {
+            "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
+            "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
+            "bwd": [None] * n, "end": None, "peak": None,
+            "profile": self.plan is None}
+
+    def unit_begins(self, index, args, kwargs):
+        r = self._record
+        if r is None:
+            return
+        r["before"][index] = self.probe.allocated()
+        tensor = _first_tensor(list(args) + list(kwargs.values()))
+        r["input"][index] = _bytes(tensor) if tensor is not None else 0
+        r["fwd"][index] = self._clock.mark()
+
+    def unit_ends(self, index, output):
+        r = self._record
+        if r is None:
+            return
+        r["fwd_end"][index] = self._clock.mark()
+        r["after"][index] = self.probe.allocated()
+        tensor = _common.first_grad_tensor(output)
+        if tensor is not None:
+            tensor.register_hook(_BackwardBegins(self, r, index))
+
+    def backward_begins(self, record, index):
+        record["bwd"][index] = self._clock.mark()
+        if record.get("queued"):
+            return
+        record["queued"] = True
+        torch.autograd.Variable._execution_engine.queue_callback(
+            lambda: self._pass_ended(record))
+
+    def _pass_ended(self, record):
+        record["end"] = self._clock.mark()
+        record["peak"] = self.probe.peak() - record["base"]
+        self.peaks.append(record["peak"])
+        if record["profile"]:
+            self._make_profile(record)
+            self._plan()
+        elif self.plan is not None:
+            self._calibrate(record["peak"])
+
+    # --- profile, plan, calibration ---------------------------------------------
+    def _make_profile(self, r):
+        n = len(self.units)
+        fwd = [self._clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
+        bwd = [None] * n
+        for i in range(n):  # unit i's backward: from its gradient to the next one's
+            nxt = r["bwd"][i - 1] if i > 0 else r["end"]
+            if r["bwd"][i] is not None and nxt is not None:
+                bwd[i] = self._clock.ns(r["bwd"][i], nxt)
+        known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
+        ratio = sorted(known)[len(known) // 2] if known else 2.0
+        units = []
+        for i in range(n):
+            saved = max(r["after"][i] - r["before"][i], 1)
+            units.append({
+                "saved_bytes": saved, "forward_ns": fwd[i],
+                "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
+                "recomputable": True, "input_bytes": min(r["input"][i], saved),
+                "recompute_ns": fwd[i], "recompute_bytes": saved})
+        self.profile = {"units": units, "peak": r["peak"],
+                        "outside": max(r["peak"] - sum(u["saved_bytes"] for u in units), 0)}
+        budget = self.budget_bytes
+        if budget is None:
+            budget = int(self.budget_fraction * r["peak"])
+            self.budget_bytes = budget
+        self._units_budget = int(budget * (1 - _MARGIN)) - self.profile["outside"]
+
+    def _plan(self):
+        units = self.profile["units"]
+        d2h, h2d = self.bandwidths
+        plan = None
+        if self._units_budget > 0:
+            plan = _common.ext().plan_joint(
+                units, d2h, h2d, self._units_budget, self.allow_offload,
+                self.allow_recompute)
+        if plan is None:
+            smallest_units = _common.ext().smallest_joint_budget(
+                units, d2h, h2d, self.allow_offload, self.allow_recompute)
+            smallest = int((smallest_units + self.profile["outside"]) / (1 - _MARGIN)) + 1
+            if self.refusal is None and self.plan is None:
+                self.refusal = (
+                    f"actoffload: a budget of {self.budget_bytes} bytes cannot be kept "
+                    f"(the step needs {self.profile['outside']} bytes outside the "
+                    f"{len(units)} units, and no keep/offload/recompute plan of the "
+                    f"units fits the rest); the smallest that fits is {smallest} "
+                    f"bytes, planned for that instead")
+                self.budget_bytes = smallest
+            if self.plan is not None:
+                warnings.warn(
+                    f"actoffload: the measured peak exceeds the budget of "
+                    f"{self.budget_bytes} bytes and no plan of the units can lower "
+                    f"it further; planned for the smallest ({smallest} bytes)",
+                    stacklevel=2)
+            self._units_budget = smallest_units
+            plan = _common.ext().plan_joint(
+                units, d2h, h2d, smallest_units, self.allow_offload, self.allow_recompute)
+        self._apply(plan)
+
+    def _calibrate(self, peak):
+        budget = self.budget_bytes
+        if peak <= budget:
+            return
+        # The peak is over: the units get the excess less, and a new plan.
+        self._units_budget -= (peak - budget) + int(budget * _MARGIN)
+        self._plan()
+
+    def _apply(self, plan):
+        if self.plan is not None and plan["choice"] == self.plan["choice"]:
+            self.plan = plan
+            return
+        self.plan = plan
+        self._retired.append(self.owner.offloader)
+        self.owner.offloader = self.make_loop(schedule_for(plan["choice"]))
+
+    # --- recompute -------------------------------------------------------------
+    def install(self):
+        """At the context's enter: the recomputed units run under
+        checkpoint (the same wrapper object each time, so that a compiled
+        module sees one forward per plan)."""
+        if self.plan is None:
+            return
+        for index, choice in enumerate(self.plan["choice"]):
+            if choice == "recompute":
+                unit = self.units[index]
+                if index not in self._wrappers:
+                    self._wrappers[index] = (unit.__dict__.get("forward"),
+                                             _checkpointed(unit.forward))
+                unit.forward = self._wrappers[index][1]
+
+    def uninstall(self):
+        for index, (own, wrapper) in self._wrappers.items():
+            unit = self.units[index]
+            if unit.__dict__.get("forward") is wrapper:
+                if own is None:
+                    del unit.forward
+                else:
+                    unit.forward = own
+
+    def describe(self):
+        """The plan as a table, with the profile's figures and the budget."""
+        if self.plan is None:
+            return ""
+        return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} outside "
+                f"the units, {self._units_budget} for them\n" + self.plan["text"])
+
+
+class _BackwardBegins:
+    __slots__ = ("budget", "record", "index")
+
+    def __init__(self, budget, record, index):
+        self.budget, self.record, self.index = budget, record, index
+
+    def __call__(self, grad):
+        self.budget.backward_begins(self.record, self.index)
+
+
+def _checkpointed(forward):
+    def run(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return torch.utils.checkpoint.checkpoint(
+            forward, *args, use_reentrant=False, **kwargs)
+    return run
+
+
+def _first_tensor(items):
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            return item
+    return None
+
+
+def _bytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
+def default_probe(layers, probe):
+    """The caller's probe, or the allocator's counters of the layers'
+    CUDA device; None on CPU (then the budget needs a probe)."""
+    if probe is not None:
+        return probe
+    for layer in layers:
+        for parameter in layer.parameters():
+            if parameter.is_cuda:
+                return MemoryProbe(parameter.device)
+    return None
+
+
+def warn_unplanned(budget):
+    if budget.plan is None and budget.iteration > 1:
+        warnings.warn("actoffload: no budget plan yet: the profile iteration's "
+                      "backward has not ended", stacklevel=3)

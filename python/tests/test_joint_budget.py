@@ -1,0 +1,203 @@
+"""OffloadActivations(model, budget_bytes=...) with a memory probe: the
+joint keep / offload / recompute plan (SPEC §4.8, §7.8; budget.py) on the
+CPU and the simulated GPU. The probe here is scripted (CPU tensors have no
+allocator counters): each unit leaves `unit_bytes` allocated, and the step's
+peak is the units' bytes (once planned, the plan's predicted peak), `outside`
+more, and what the test adds. The GPU tests (test_gpu_budget.py) measure
+for real."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import actoffload
+from actoffload import budget
+from models import assert_identical, train_step
+
+
+class ScriptedProbe:
+    def __init__(self, unit_bytes, outside):
+        self.unit_bytes = unit_bytes
+        self.outside = outside
+        self.over = 0  # added to the next peak readings
+        self.readings = 0
+        self.most = 0
+        self.ctx = None  # the OffloadActivations whose plan the device follows
+
+    def allocated(self):
+        # 0 at the forward's start, then unit k reads k units before its
+        # forward and k + 1 after.
+        r, self.readings = self.readings, self.readings + 1
+        value = 0 if r == 0 else ((r - 1) // 2 + (r - 1) % 2) * self.unit_bytes
+        self.most = max(self.most, value)
+        return value
+
+    def peak(self):
+        # Once planned, the device keeps what the plan predicts it keeps.
+        joint = self.ctx.joint_budget if self.ctx is not None else None
+        if joint is not None and joint.plan is not None:
+            return joint.plan["peak_bytes"] + self.outside + self.over
+        return self.most + self.outside + self.over
+
+    def reset_peak(self):
+        self.readings = self.most = 0
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attn = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).softmax(-1)
+        return self.out(F.dropout(attn, 0.1, self.training) @ v)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        return self.down(F.dropout(F.gelu(self.up(x)), 0.1, self.training))
+
+
+class Layer(torch.nn.Module):
+    """A decoder layer as Hugging Face names its blocks."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(hidden)
+        self.self_attn = Attention(hidden)
+        self.norm2 = torch.nn.LayerNorm(hidden)
+        self.mlp = Mlp(hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.norm1(x))
+        return (x + self.mlp(self.norm2(x)),)  # a tuple, as Hugging Face's
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, layers=4, hidden=64):
+        super().__init__()
+        self.embed = torch.nn.Linear(hidden, hidden)
+        self.layers = torch.nn.ModuleList(Layer(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)[0]
+        return self.head(x)
+
+
+def seeded_step(model, x, ctx=None):
+    torch.manual_seed(7)  # the same dropout masks in every step
+
+    def forward(model, x):
+        with ctx:
+            return model(x)
+    return train_step(model, x, None if ctx is None else forward)
+
+
+UNIT = 1 << 20  # the scripted bytes each unit leaves allocated
+
+
+def make(model, budget_fraction, **kwargs):
+    probe = ScriptedProbe(UNIT, outside=UNIT)
+    ctx = actoffload.OffloadActivations(
+        model, budget_fraction=budget_fraction, probe=probe, backend="sim",
+        min_offload_size=1024, **kwargs)
+    probe.ctx = ctx
+    return ctx, probe
+
+
+def test_checkpoint_only_plan_recomputes_and_stays_bit_identical():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6, allow_offload=False)
+    for _ in range(5):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    choice = ctx.joint_budget.plan["choice"]
+    assert "recompute" in choice and "offload" not in choice, choice
+    assert ctx.budget_plan().count("recompute") >= choice.count("recompute")
+    # Outside the context the units run their own forwards again.
+    assert all("forward" not in layer.__dict__ for layer in model.layers)
+
+
+def test_offload_only_plan_offloads_on_the_simulated_gpu():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.7, allow_recompute=False)
+    for _ in range(5):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    choice = ctx.joint_budget.plan["choice"]
+    assert "offload" in choice and "recompute" not in choice, choice
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+    assert ctx.session.hazards() == []
+
+
+def test_blocks_are_units_and_mixed_plans_stay_bit_identical():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, granularity="block")
+    assert [type(u).__name__ for u in ctx.joint_budget.units] == ["Attention", "Mlp"] * 4
+    for _ in range(5):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
+    with pytest.raises(ValueError, match="granularity"):
+        actoffload.OffloadActivations(model, budget_bytes=1 << 20, probe=ScriptedProbe(1, 1),
+                                      granularity="op", backend="sim")
+
+
+def test_a_budget_no_plan_fits_is_refused_once_naming_the_smallest():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    probe = ScriptedProbe(UNIT, outside=UNIT)
+    ctx = actoffload.OffloadActivations(model, budget_bytes=UNIT // 2, probe=probe,
+                                        backend="sim", min_offload_size=1024)
+    probe.ctx = ctx
+    assert_identical(reference, seeded_step(model, x, ctx))  # the profile
+    with pytest.raises(ValueError, match=r"smallest that fits is \d+ bytes"):
+        seeded_step(model, x, ctx)
+    for _ in range(3):  # planned for the smallest: runs, bit-identical
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget.plan is not None
+
+
+def test_a_measured_peak_over_the_budget_lowers_the_plan():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, probe = make(model, 0.8)
+    seeded_step(model, x, ctx)  # the profile
+    first = list(ctx.joint_budget.plan["choice"])
+    probe.over = 3 * UNIT  # the next step's peak reads 3 units over
+    seeded_step(model, x, ctx)
+    probe.over = 0
+    second = ctx.joint_budget.plan["choice"]
+    assert second.count("keep") < first.count("keep"), (first, second)
+
+
+def test_schedule_releases_offloaded_units_in_forward_order():
+    # Two of five offloaded: released when units 3 and 4 begin (as TE's
+    # default for k = 2 of 5), reloaded as those units' backward begins.
+    choice = ["offload", "recompute", "offload", "keep", "keep"]
+    assert budget.schedule_for(choice) == {0: (True, 4, False, 3),
+                                           2: (True, 5, False, 2)}
+    # The last unit is never released before its own backward.
+    assert budget.schedule_for(["keep", "offload"]) == {}
+
+
+def test_budget_fraction_needs_a_probe_and_a_valid_fraction():
+    model = Decoder()
+    with pytest.raises(ValueError, match="probe"):
+        actoffload.OffloadActivations(model, budget_fraction=0.5, backend="sim")
+    with pytest.raises(ValueError, match="budget_fraction"):
+        actoffload.OffloadActivations(model, budget_fraction=1.5, backend="sim")
