@@ -325,6 +325,19 @@ class JointBudget:
                 else:
                     unit.forward = own
 
+    def limit(self):
+        """The plan's limit (_C.joint_limit, engine/joint_limit.h): the least
+        step, in ns, any keep / offload / recompute choice of the same units
+        can have within the units' budget, from the same profile; None
+        before the plan or with more than 14 units."""
+        if self.plan is None or len(self.units) > 14:
+            return None
+        d2h, h2d = self.bandwidths
+        result = _common.ext().joint_limit(
+            self.profile["units"], d2h, h2d, self._units_budget,
+            self.allow_offload, self.allow_recompute)
+        return None if result is None else result["step_ns"]
+
     def describe(self):
         """The plan as a table, with the profile's figures and the budget."""
         if self.plan is None:

@@ -139,6 +139,9 @@ def test_offload_only_plan_offloads_on_the_simulated_gpu():
     choice = ctx.joint_budget.plan["choice"]
     assert "offload" in choice and "recompute" not in choice, choice
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
+    # The limit (engine/joint_limit.h) never exceeds the plan's prediction.
+    limit = ctx.joint_budget.limit()
+    assert 0 < limit <= ctx.joint_budget.plan["step_ns"]
     assert ctx.session.hazards() == []
 
 

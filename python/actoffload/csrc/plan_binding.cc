@@ -1,4 +1,5 @@
-// actoffload._C.plan_joint and smallest_joint_budget: the engine's joint
+// actoffload._C.plan_joint, smallest_joint_budget and joint_limit: the
+// engine's joint
 // keep / offload / recompute planner (engine/joint_plan.h, SPEC §4.8) for
 // the profile the package measures (actoffload/budget.py). One engine call
 // each; Python does not plan.
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/joint_limit.h"
 #include "engine/joint_plan.h"
 #include "python/actoffload/csrc/loop_binding.h"
 #include "python/actoffload/csrc/session.h"
@@ -95,6 +97,32 @@ void BindJointPlan(py::module& m) {
       "SmallestJointBudget: the least budget some plan fits",
       py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
       py::arg("allow_offload") = true, py::arg("allow_recompute") = true);
+  m.def(
+      "joint_limit",
+      [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,
+         int64_t budget, bool allow_offload, bool allow_recompute) -> py::object {
+        offload::StatusOr<offload::JointLimitResult> limit =
+            offload::JointLimit(ProblemOf(units, d2h_gbps, h2d_gbps, budget,
+                                          allow_offload, allow_recompute));
+        if (limit.status().code() == offload::StatusCode::kResourceExhausted) {
+          return py::none();
+        }
+        const offload::JointLimitResult result = ValueOrThrow(std::move(limit));
+        py::list choice;
+        for (offload::UnitChoice c : result.choice) {
+          choice.append(offload::UnitChoiceName(c));
+        }
+        py::dict out;
+        out["step_ns"] = result.step_ns;
+        out["compute_ns"] = result.compute_ns;
+        out["choice"] = choice;
+        return out;
+      },
+      "JointLimit: the least step any choice of the units can have under the "
+      "budget (dict), or None when none fits; at most 14 units",
+      py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
+      py::arg("budget"), py::arg("allow_offload") = true,
+      py::arg("allow_recompute") = true);
 }
 
 }  // namespace actoffload
