@@ -24,8 +24,10 @@ before the forward. Its life:
   3. Run: recomputed units run under torch.utils.checkpoint (non-reentrant,
      RNG state preserved); offloaded units are the engine's layers, with a
      schedule table (SPEC §4.2) releasing them in forward order.
-  4. Calibrate (warm-up iterations): where the measured peak exceeds the
-     budget, the units' share is lowered by the excess and re-planned.
+  4. Warm up: the joint plan and, as candidates, the recompute-only and
+     offload-only plans for the same budget each run once (measured step
+     and peak); the fastest whose peak fits is kept. Where none fits, the
+     units' share is lowered by the least excess and planned anew.
 This module is glue: it measures and applies; the engine plans.
 """
 
@@ -41,9 +43,10 @@ from . import _common
 # Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
 _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
                 "feed_forward", "ffn")
-# The warm-up iterations after the profile in which the peak is measured
-# and the plan corrected.
-WARMUP_ITERATIONS = 3
+# The most warm-up iterations after the profile: each candidate plan runs
+# once (measured step and peak), then the fastest that fits is kept, its
+# peak checked and the plan lowered where it is over.
+WARMUP_ITERATIONS = 6
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
 
@@ -164,11 +167,14 @@ class JointBudget:
         self._wrappers = {}
         self._record = None  # this iteration's measurements while measuring
         self._clock = None
+        self.candidates = []  # plans still to run once in warm-up
+        self.trials = []      # (measured step ns, peak, plan) of those run
+        self._settled = False
 
     # --- the iteration's measurements ----------------------------------------
     @property
     def measuring(self):
-        return self.iteration <= WARMUP_ITERATIONS
+        return not self._settled and self.iteration <= WARMUP_ITERATIONS + 1
 
     def begin_forward(self):
         """At the context's enter: raises a refusal once (SPEC §7.8); starts
@@ -184,7 +190,7 @@ class JointBudget:
             self._clock = _Clock(isinstance(self.probe, MemoryProbe))
         self.probe.reset_peak()
         n = len(self.units)
-        self._record = {
+        self._record = {"start": self._clock.mark(),
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None,
@@ -225,7 +231,8 @@ class JointBudget:
             self._make_profile(record)
             self._plan()
         elif self.plan is not None:
-            self._calibrate(record["peak"])
+            step = self._clock.ns(record["start"], record["end"])
+            self._measured(step, record["peak"])
 
     # --- profile, plan, calibration ---------------------------------------------
     def _make_profile(self, r):
@@ -255,6 +262,10 @@ class JointBudget:
         self._units_budget = int(budget * (1 - _MARGIN)) - self.profile["outside"]
 
     def _plan(self):
+        """Plans for the units' budget: the joint plan and, where allowed,
+        the recompute-only and offload-only plans as candidates (the model's
+        error is larger than their difference, often): each runs once in
+        warm-up and the fastest that fits is kept."""
         units = self.profile["units"]
         d2h, h2d = self.bandwidths
         plan = None
@@ -262,6 +273,21 @@ class JointBudget:
             plan = _common.ext().plan_joint(
                 units, d2h, h2d, self._units_budget, self.allow_offload,
                 self.allow_recompute)
+        if plan is not None:
+            candidates = [plan]
+            for offload, recompute in ((False, True), (True, False)):
+                if (offload and not self.allow_offload) or (
+                        recompute and not self.allow_recompute):
+                    continue
+                other = _common.ext().plan_joint(units, d2h, h2d, self._units_budget,
+                                                 offload, recompute)
+                if other is not None and all(other["choice"] != c["choice"]
+                                             for c in candidates):
+                    candidates.append(other)
+            self.candidates = candidates[1:]
+            self.trials = []
+            self._apply(plan)
+            return
         if plan is None:
             smallest_units = _common.ext().smallest_joint_budget(
                 units, d2h, h2d, self.allow_offload, self.allow_recompute)
@@ -285,12 +311,24 @@ class JointBudget:
                 units, d2h, h2d, smallest_units, self.allow_offload, self.allow_recompute)
         self._apply(plan)
 
-    def _calibrate(self, peak):
-        budget = self.budget_bytes
-        if peak <= budget:
+    def _measured(self, step_ns, peak):
+        """A warm-up iteration of the plan in force ended: the next
+        candidate runs, or the fastest that fits is kept; a kept plan whose
+        peak is over the budget is lowered by the excess and planned anew."""
+        self.trials.append((step_ns, peak, self.plan))
+        if self.candidates:
+            self._apply(self.candidates.pop(0))
             return
-        # The peak is over: the units get the excess less, and a new plan.
-        self._units_budget -= (peak - budget) + int(budget * _MARGIN)
+        budget = self.budget_bytes
+        fits = [t for t in self.trials if t[1] <= budget]
+        if fits:
+            best = min(fits, key=lambda t: t[0])
+            self._apply(best[2])
+            self._settled = True
+            return
+        # Every candidate is over: the units get the least excess less.
+        excess = min(t[1] for t in self.trials) - budget
+        self._units_budget -= excess + int(budget * _MARGIN)
         self._plan()
 
     def _apply(self, plan):

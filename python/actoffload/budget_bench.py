@@ -9,7 +9,8 @@ peak), in one process:
   - joint: OffloadActivations(model, budget_bytes=...) (budget.py), per
     layer and per block, after its profile and warm-up iterations.
 The peak is what the user measures: the step's max_memory_allocated above
-memory_allocated before the forward (gradients set to None first). Step
+memory_allocated before the forward (gradients zeroed in place, as
+zero_grad(set_to_none=False): they are allocated before the step). Step
 times are medians of --steps timed steps, with their spread (max/min - 1).
 The table has the plan, its predicted step and its limit (the least step
 any keep/offload/recompute choice of the same units can have, from the same
@@ -38,8 +39,9 @@ def timed_steps(model, ids, wrap, steps):
     """Runs `steps` steps; returns (median s, spread, peak bytes, loss, grads)."""
     times, peak, loss = [], 0, None
     for _ in range(steps):
-        for p in model.parameters():
-            p.grad = None
+        for p in model.parameters():  # zero_grad(set_to_none=False)
+            if p.grad is not None:
+                p.grad.zero_()
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
@@ -93,7 +95,7 @@ def best_within(points, budget):
 def joint(model, ids, budget, granularity, steps, reference):
     ctx = actoffload.OffloadActivations(model, budget_bytes=budget, granularity=granularity)
     note = ""
-    for _ in range(actoffload.budget.WARMUP_ITERATIONS + 2):
+    for _ in range(actoffload.budget.WARMUP_ITERATIONS + 3):
         try:
             timed_steps(model, ids, lambda: ctx, 1)
         except ValueError as refused:  # SPEC §7.8: told once, the smallest planned

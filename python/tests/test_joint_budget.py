@@ -180,12 +180,29 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8)
     seeded_step(model, x, ctx)  # the profile
-    first = list(ctx.joint_budget.plan["choice"])
-    probe.over = 3 * UNIT  # the next step's peak reads 3 units over
+    joint = ctx.joint_budget
+    first, first_budget = list(joint.plan["choice"]), joint._units_budget
+    probe.over = 3 * UNIT  # every candidate's peak reads 3 units over
+    while len(joint.trials) < 1 + len(joint.candidates):
+        seeded_step(model, x, ctx)
     seeded_step(model, x, ctx)
     probe.over = 0
-    second = ctx.joint_budget.plan["choice"]
-    assert second.count("keep") < first.count("keep"), (first, second)
+    assert joint._units_budget < first_budget
+    assert joint.plan["choice"].count("keep") < first.count("keep"), (first, joint.plan)
+
+
+def test_warm_up_runs_each_candidate_and_keeps_one_that_fits():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    joint = ctx.joint_budget
+    assert len(joint.trials) >= 2  # the joint plan and at least one other
+    assert not joint.measuring
+    fitting = [t for t in joint.trials if t[1] <= joint.budget_bytes]
+    assert joint.plan["choice"] == min(fitting, key=lambda t: t[0])[2]["choice"]
 
 
 def test_schedule_releases_offloaded_units_in_forward_order():
