@@ -107,7 +107,10 @@ def joint(model, ids, budget, granularity, steps, reference):
     limit = jb.limit()
     r.update(plan=jb.plan["choice"], predicted=(jb.plan["step_ns"] + outside_ns) / 1e9,
              limit=None if limit is None else (limit + outside_ns) / 1e9,
-             note=note, budget=jb.budget_bytes, text=ctx.budget_plan())
+             note=note, budget=jb.budget_bytes,
+             text=ctx.budget_plan() + "warm-up trials (measured step ms, peak MiB, plan): " +
+             ", ".join(f"({t / 1e6:.1f}, {p / 2**20:.0f}, {short_plan(q['choice'])})"
+                       for t, p, q in jb.trials))
     del ctx
     return r
 
@@ -136,7 +139,7 @@ def run_model(name, args, out):
             f"again x{again['time'] / t0:.3f}, {identical(reference, again)})")
     lines = [head, f"{'budget':>7s} {'system':>14s} {'plan':>18s} {'mem x':>6s} "
              f"{'step x':>7s} {'spread':>6s} {'pred x':>7s} {'limit x':>7s}  identical"]
-    rows = []
+    rows, plans = [], []
     for fraction in args.fractions:
         budget = int(fraction * p0)
         entries = []
@@ -158,6 +161,8 @@ def run_model(name, args, out):
                        predicted=pred and pred / t0, limit=limit and limit / t0,
                        identical=identical(reference, r), note=r.get("note", ""))
             rows.append(row)
+            if "text" in r:
+                plans.append(f"## {name}, budget {fraction}, {label}\n{r['text']}")
             lines.append(
                 f"{fraction:7.2f} {label:>14s} {plan:>18s} {row['mem']:6.3f} "
                 f"{row['step']:7.3f} {r['spread']:6.3f} "
@@ -169,6 +174,10 @@ def run_model(name, args, out):
     print("\n".join(lines), flush=True)
     del model
     torch.cuda.empty_cache()
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"plans-{name}.txt"), "w") as f:
+            f.write("\n\n".join(plans))
     return lines, rows, frontier
 
 
