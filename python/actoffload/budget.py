@@ -14,9 +14,9 @@ before the forward. Its life:
   1. Profile (the first iteration; nothing offloaded or recomputed): per
      unit, the bytes it leaves allocated (the allocator's own count before
      and after its forward), its input's bytes, its forward and backward
-     times (CUDA events), and the step's peak. What is not in the units
-     (embeddings, logits, the loss, gradients) is the peak less the units'
-     bytes; the units get the rest of the budget.
+     times (CUDA events), and the step's peak. What the step holds beside
+     the units' bytes as their backward begins (embeddings' output, the
+     head's gradients) is outside the units; they get the rest.
   2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -25,8 +25,9 @@ before the forward. Its life:
      RNG state preserved); offloaded units are the engine's layers, with a
      schedule table (SPEC §4.2) releasing them in forward order.
   4. Warm up: the joint plan and, as candidates, the recompute-only and
-     offload-only plans for the same budget each run once (measured step
-     and peak); the fastest whose peak fits is kept. Where none fits, the
+     offload-only plans for the same budget each run twice (the second
+     run's step and peak count: the first allocates pinned buffers); the
+     fastest whose peak fits is kept. Where none fits, the
      units' share is lowered by the least excess and planned anew.
 This module is glue: it measures and applies; the engine plans.
 """
@@ -44,9 +45,9 @@ from . import _common
 _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
                 "feed_forward", "ffn")
 # The most warm-up iterations after the profile: each candidate plan runs
-# once (measured step and peak), then the fastest that fits is kept, its
+# twice (measured step and peak), then the fastest that fits is kept, its
 # peak checked and the plan lowered where it is over.
-WARMUP_ITERATIONS = 6
+WARMUP_ITERATIONS = 12
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
 
@@ -170,6 +171,7 @@ class JointBudget:
         self.candidates = []  # plans still to run once in warm-up
         self.trials = []      # (measured step ns, peak, plan) of those run
         self._settled = False
+        self._runs = 0  # warm-up runs of the plan in force
 
     # --- the iteration's measurements ----------------------------------------
     @property
@@ -220,6 +222,7 @@ class JointBudget:
         if record.get("queued"):
             return
         record["queued"] = True
+        record["bwd_allocated"] = self.probe.allocated()
         torch.autograd.Variable._execution_engine.queue_callback(
             lambda: self._pass_ended(record))
 
@@ -253,8 +256,15 @@ class JointBudget:
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
                 "recomputable": True, "input_bytes": min(r["input"][i], saved),
                 "recompute_ns": fwd[i], "recompute_bytes": saved})
-        self.profile = {"units": units, "peak": r["peak"],
-                        "outside": max(r["peak"] - sum(u["saved_bytes"] for u in units), 0)}
+        saved = sum(u["saved_bytes"] for u in units)
+        # What the step holds beside the units' bytes while their backward
+        # runs (the allocation as it begins, less the units' bytes): the
+        # units' budget is the rest. The head's transient (logits, the loss)
+        # comes before it; a plan whose measured peak is over is lowered in
+        # warm-up.
+        outside = r.get("bwd_allocated", r["peak"] + r["base"]) - r["base"] - saved
+        self.profile = {"units": units, "peak": r["peak"], "outside": max(outside, 0),
+                        "head": max(r["peak"] - saved, 0)}
         budget = self.budget_bytes
         if budget is None:
             budget = int(self.budget_fraction * r["peak"])
@@ -315,6 +325,10 @@ class JointBudget:
         """A warm-up iteration of the plan in force ended: the next
         candidate runs, or the fastest that fits is kept; a kept plan whose
         peak is over the budget is lowered by the excess and planned anew."""
+        self._runs += 1
+        if self._runs < 2:
+            return  # a plan's first run allocates its pinned buffers: run it again
+        self._runs = 0
         self.trials.append((step_ns, peak, self.plan))
         if self.candidates:
             self._apply(self.candidates.pop(0))
