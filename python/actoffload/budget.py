@@ -263,13 +263,24 @@ class JointBudget:
         # comes before it; a plan whose measured peak is over is lowered in
         # warm-up.
         outside = r.get("bwd_allocated", r["peak"] + r["base"]) - r["base"] - saved
-        self.profile = {"units": units, "peak": r["peak"], "outside": max(outside, 0),
-                        "head": max(r["peak"] - saved, 0)}
+        outside = max(outside, 0)
+        head = max(r["peak"] - saved, outside)
+        # Two moments bound the step: the forward's end, where the head's
+        # transient (logits, the loss: the peak less the units' bytes) sits
+        # beside the units' bytes, and the units' backward, where only
+        # `outside` does. The planner has one budget: it gets the first,
+        # and a recompute's re-created bytes count only beyond the room the
+        # head's transient leaves when it is gone.
+        room = head - outside
+        for u in units:
+            u["recompute_bytes"] = max(u["saved_bytes"] - room, 0)
+        self.profile = {"units": units, "peak": r["peak"], "outside": head,
+                        "backward_outside": outside}
         budget = self.budget_bytes
         if budget is None:
             budget = int(self.budget_fraction * r["peak"])
             self.budget_bytes = budget
-        self._units_budget = int(budget * (1 - _MARGIN)) - self.profile["outside"]
+        self._units_budget = int(budget * (1 - _MARGIN)) - head
 
     def _plan(self):
         """Plans for the units' budget: the joint plan and, where allowed,

@@ -211,7 +211,7 @@ def main(argv=None):
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--fractions", default="0.8,0.6,0.45,0.3,0.2")
-    parser.add_argument("--granularities", default="layer,block")
+    parser.add_argument("--granularities", default="layer")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)
