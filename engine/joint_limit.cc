@@ -16,7 +16,7 @@ bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
     case UnitChoice::kKeep:
       return true;
     case UnitChoice::kOffload:
-      return p.allow_offload;
+      return p.allow_offload && p.units[unit].offloadable;
     case UnitChoice::kRecompute:
       return p.allow_recompute && p.units[unit].recomputable;
   }

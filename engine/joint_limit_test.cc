@@ -169,6 +169,21 @@ TEST(JointLimitTest, SlowCopiesMakeRecomputeWin) {
 }
 
 // Unit 1 cannot be recomputed and its backward needs 300 bytes whole.
+// A unit that may not be offloaded is never offloaded in the limit's
+// choice either: a budget that only its offload would meet has no choice.
+TEST(JointLimitTest, AUnitThatMayNotBeOffloadedStays) {
+  JointProblem p = Stack(2, 1000.0, 300);
+  for (UnitCost& u : p.units) u.recomputable = false;
+  ASSERT_OK(JointLimit(p).status());  // one of the two goes to host
+  p.units[0].offloadable = false;
+  StatusOr<JointLimitResult> one = JointLimit(p);
+  if (one.ok()) {
+    EXPECT_EQ(one->choice[0], UnitChoice::kKeep);
+  }
+  p.units[1].offloadable = false;
+  EXPECT_EQ(JointLimit(p).status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST(JointLimitTest, NoChoiceFitsIsAClearError) {
   JointProblem p = Stack(3, 1.0, 200);
   p.units[1].recomputable = false;

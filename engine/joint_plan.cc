@@ -122,7 +122,8 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   for (int i = 0; i < n; ++i) {
     while (resident + need[i] > p.budget && p.allow_offload) {
       while (next_candidate < i &&
-             (recompute[next_candidate] || released[next_candidate])) {
+             (recompute[next_candidate] || released[next_candidate] ||
+              !p.units[next_candidate].offloadable)) {
         ++next_candidate;
       }
       if (next_candidate >= i) break;

@@ -12,8 +12,8 @@
 //  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
 //    recomputed) arrive evenly while its forward runs and must fit in the
 //    budget next to what is on device. Where they would not, the earliest
-//    units not yet released and not recomputed are released, earliest first
-//    (the byte budget's rule, engine/budget/budget_plan.h), and the compute
+//    offloadable units not yet released and not recomputed are released,
+//    earliest first (the byte budget's rule, engine/budget/budget_plan.h), and the compute
 //    stream waits there for their copies to host. A released unit's copy
 //    runs at d2h_gbps from its forward's start (after the copies queued
 //    before it) and ends no earlier than its forward.
@@ -44,6 +44,11 @@ struct UnitCost {
   double forward_ns = 0;
   double backward_ns = 0;
   bool recomputable = false;
+  // false: never offloaded (bytes outside the caller's units that must stay
+  // on device, such as the transient of a model's head at the forward's
+  // end: a last unit with no backward time whose bytes are gone once the
+  // backward begins).
+  bool offloadable = true;
   // When recomputed: the bytes it still saves (its input), the forward it
   // re-runs before its backward, and the bytes that re-run re-creates and
   // holds until the unit's backward ends.

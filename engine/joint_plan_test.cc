@@ -131,6 +131,30 @@ TEST(JointPlanTest, NoPlanFitsIsAClearError) {
   EXPECT_THAT(plan.status().message(), HasSubstr("budget of 200 bytes"));
 }
 
+// A head (a last unit with no backward time) holds its bytes at the
+// forward's end only: the earlier units make room for it, and its bytes are
+// gone when their backward runs. A unit that may not be offloaded stays.
+TEST(JointPlanTest, AUnitThatMayNotBeOffloadedStays) {
+  JointProblem p = Stack(3, 10.0, 700);
+  for (UnitCost& u : p.units) u.recomputable = false;
+  UnitCost head;
+  head.saved_bytes = 400;
+  head.forward_ns = 50;
+  head.offloadable = false;
+  p.units.push_back(head);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  // 300 x 3 + 400 > 700: units 0 and 1 go to host, earliest first.
+  EXPECT_THAT(plan.choice, ElementsAre(O, O, K, K));
+  EXPECT_EQ(plan.peak_bytes, 700);
+  // Unit 0 may not go: units 1 and 2 go instead.
+  p.units[0].offloadable = false;
+  ASSERT_OK_AND_ASSIGN(plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(K, O, O, K));
+  // Less than unit 0 and the head: no plan fits.
+  p.budget = 699;
+  EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted);
+}
+
 // The smallest budget fits and one byte less does not; it ignores the
 // problem's own budget.
 TEST(JointPlanTest, SmallestBudgetIsTheEdgeOfFeasibility) {

@@ -14,9 +14,11 @@ before the forward. Its life:
   1. Profile (the first iteration; nothing offloaded or recomputed): per
      unit, the bytes it leaves allocated (the allocator's own count before
      and after its forward), its input's bytes, its forward and backward
-     times (CUDA events), and the step's peak. What the step holds beside
-     the units' bytes as their backward begins (embeddings' output, the
-     head's gradients) is outside the units; they get the rest.
+     times (CUDA events); the step's peak, and the allocation and peak as
+     the units' backward begins. What stays beside the units throughout
+     (embeddings' output, the head's gradients, the backward's temporaries)
+     comes off the budget; the head's transient at the forward's end (the
+     logits, the loss) is one more unit, never offloaded or recomputed.
   2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -25,9 +27,10 @@ before the forward. Its life:
      RNG state preserved); offloaded units are the engine's layers, with a
      schedule table (SPEC §4.2) releasing them in forward order.
   4. Warm up: the joint plan and, as candidates, the recompute-only and
-     offload-only plans for the same budget each run twice (the second
-     run's step and peak count: the first allocates pinned buffers); the
-     fastest whose peak fits is kept. Where none fits, the
+     offload-only plans for the same budget each run RUNS_PER_CANDIDATE
+     times (the first allocates pinned buffers and does not count); the
+     fastest whose peak fits is kept, and its peak is checked in the next
+     CHECKED_ITERATIONS. Where none fits, the
      units' share is lowered by the least excess and planned anew.
 This module is glue: it measures and applies; the engine plans.
 """
@@ -44,10 +47,15 @@ from . import _common
 # Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
 _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
                 "feed_forward", "ffn")
-# The most warm-up iterations after the profile: each candidate plan runs
-# twice (measured step and peak), then the fastest that fits is kept, its
-# peak checked and the plan lowered where it is over.
-WARMUP_ITERATIONS = 12
+# The most measured iterations after the profile: each candidate plan runs
+# RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
+# fits is kept, its peak checked and the plan lowered where it is over.
+WARMUP_ITERATIONS = 24
+# Each candidate runs this often; the first run (pinned buffers allocated)
+# does not count, the least step and the highest peak of the others do.
+RUNS_PER_CANDIDATE = 3
+# The kept plan's peak is checked in this many iterations after warm-up.
+CHECKED_ITERATIONS = 4
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
 
@@ -171,12 +179,14 @@ class JointBudget:
         self.candidates = []  # plans still to run once in warm-up
         self.trials = []      # (measured step ns, peak, plan) of those run
         self._settled = False
-        self._runs = 0  # warm-up runs of the plan in force
+        self._runs = []  # (step, peak) of the plan in force's warm-up runs
+        self._checks_left = 0
 
     # --- the iteration's measurements ----------------------------------------
     @property
     def measuring(self):
-        return not self._settled and self.iteration <= WARMUP_ITERATIONS + 1
+        return (self.iteration <= WARMUP_ITERATIONS + 1 and
+                (not self._settled or self._checks_left > 0))
 
     def begin_forward(self):
         """At the context's enter: raises a refusal once (SPEC §7.8); starts
@@ -223,6 +233,7 @@ class JointBudget:
             return
         record["queued"] = True
         record["bwd_allocated"] = self.probe.allocated()
+        record["bwd_peak"] = self.probe.peak() - record["base"]
         torch.autograd.Variable._execution_engine.queue_callback(
             lambda: self._pass_ended(record))
 
@@ -256,31 +267,39 @@ class JointBudget:
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
                 "recomputable": True, "input_bytes": min(r["input"][i], saved),
                 "recompute_ns": fwd[i], "recompute_bytes": saved})
+        # The step beside the units, from the allocator's counters (bytes
+        # above the forward's start):
+        #   before - the units' forward: what runs before them (embeddings);
+        #   at_backward - as their backward begins (the head's gradients);
+        #   head - the head's transient at the forward's end (logits, the
+        #     loss), beside every unit's bytes: the peak up to the units'
+        #     backward less those bytes;
+        #   working - how far the units' backward's own temporaries (the
+        #     gradients it computes) take the peak above that.
         saved = sum(u["saved_bytes"] for u in units)
-        # What the step holds beside the units' bytes while their backward
-        # runs (the allocation as it begins, less the units' bytes): the
-        # units' budget is the rest. The head's transient (logits, the loss)
-        # comes before it; a plan whose measured peak is over is lowered in
-        # warm-up.
-        outside = r.get("bwd_allocated", r["peak"] + r["base"]) - r["base"] - saved
-        outside = max(outside, 0)
-        head = max(r["peak"] - saved, outside)
-        # Two moments bound the step: the forward's end, where the head's
-        # transient (logits, the loss: the peak less the units' bytes) sits
-        # beside the units' bytes, and the units' backward, where only
-        # `outside` does. The planner has one budget: it gets the first,
-        # and a recompute's re-created bytes count only beyond the room the
-        # head's transient leaves when it is gone.
-        room = head - outside
-        for u in units:
-            u["recompute_bytes"] = max(u["saved_bytes"] - room, 0)
-        self.profile = {"units": units, "peak": r["peak"], "outside": head,
-                        "backward_outside": outside}
+        before = max(r["before"][0] - r["base"], 0)
+        at_backward = max(r.get("bwd_allocated", r["base"]) - r["base"] - saved, 0)
+        forward_peak = r.get("bwd_peak", r["peak"])
+        working = max(r["peak"] - forward_peak, 0)
+        # The units get the budget less what stays beside them throughout
+        # (and the backward's temporaries); the head is one more unit, never
+        # offloaded or recomputed, holding the rest of its transient at the
+        # forward's end and nothing once the backward begins.
+        outside = max(before, at_backward) + working
+        head_bytes = max(forward_peak - saved - outside, 1)
+        head_ns = 0.0
+        if r["fwd_end"][n - 1] is not None and r["bwd"][n - 1] is not None:
+            head_ns = self._clock.ns(r["fwd_end"][n - 1], r["bwd"][n - 1])
+        units.append({"saved_bytes": head_bytes, "forward_ns": head_ns,
+                      "backward_ns": 0.0, "recomputable": False,
+                      "offloadable": False})
+        self.profile = {"units": units, "peak": r["peak"], "outside": outside,
+                        "head": head_bytes, "working": working}
         budget = self.budget_bytes
         if budget is None:
             budget = int(self.budget_fraction * r["peak"])
             self.budget_bytes = budget
-        self._units_budget = int(budget * (1 - _MARGIN)) - head
+        self._units_budget = int(budget * (1 - _MARGIN)) - outside
 
     def _plan(self):
         """Plans for the units' budget: the joint plan and, where allowed,
@@ -316,9 +335,9 @@ class JointBudget:
             if self.refusal is None and self.plan is None:
                 self.refusal = (
                     f"actoffload: a budget of {self.budget_bytes} bytes cannot be kept "
-                    f"(the step needs {self.profile['outside']} bytes outside the "
-                    f"{len(units)} units, and no keep/offload/recompute plan of the "
-                    f"units fits the rest); the smallest that fits is {smallest} "
+                    f"(the step needs {self.profile['outside']} bytes beside the "
+                    f"{len(self.units)} units and the head, and no keep/offload/recompute "
+                    f"plan of them fits the rest); the smallest that fits is {smallest} "
                     f"bytes, planned for that instead")
                 self.budget_bytes = smallest
             if self.plan is not None:
@@ -335,21 +354,30 @@ class JointBudget:
     def _measured(self, step_ns, peak):
         """A warm-up iteration of the plan in force ended: the next
         candidate runs, or the fastest that fits is kept; a kept plan whose
-        peak is over the budget is lowered by the excess and planned anew."""
-        self._runs += 1
-        if self._runs < 2:
+        peak is over the budget in one of its CHECKED_ITERATIONS is lowered
+        by the excess and planned anew."""
+        budget = self.budget_bytes
+        if self._settled:
+            self._checks_left -= 1
+            if peak > budget:
+                self._settled = False
+                self._units_budget -= peak - budget + int(budget * _MARGIN)
+                self._plan()
+            return
+        self._runs.append((step_ns, peak))
+        if len(self._runs) < RUNS_PER_CANDIDATE:
             return  # a plan's first run allocates its pinned buffers: run it again
-        self._runs = 0
-        self.trials.append((step_ns, peak, self.plan))
+        runs, self._runs = self._runs[1:], []
+        self.trials.append((min(t for t, _ in runs), max(p for _, p in runs), self.plan))
         if self.candidates:
             self._apply(self.candidates.pop(0))
             return
-        budget = self.budget_bytes
         fits = [t for t in self.trials if t[1] <= budget]
         if fits:
             best = min(fits, key=lambda t: t[0])
             self._apply(best[2])
             self._settled = True
+            self._checks_left = CHECKED_ITERATIONS
             return
         # Every candidate is over: the units get the least excess less.
         excess = min(t[1] for t in self.trials) - budget
@@ -362,7 +390,8 @@ class JointBudget:
             return
         self.plan = plan
         self._retired.append(self.owner.offloader)
-        self.owner.offloader = self.make_loop(schedule_for(plan["choice"]))
+        self.owner.offloader = self.make_loop(
+            schedule_for(plan["choice"][:len(self.units)]))
 
     # --- recompute -------------------------------------------------------------
     def install(self):
@@ -371,7 +400,7 @@ class JointBudget:
         module sees one forward per plan)."""
         if self.plan is None:
             return
-        for index, choice in enumerate(self.plan["choice"]):
+        for index, choice in enumerate(self.plan["choice"][:len(self.units)]):
             if choice == "recompute":
                 unit = self.units[index]
                 if index not in self._wrappers:
@@ -393,7 +422,7 @@ class JointBudget:
         step, in ns, any keep / offload / recompute choice of the same units
         can have within the units' budget, from the same profile; None
         before the plan or with more than 14 units."""
-        if self.plan is None or len(self.units) > 14:
+        if self.plan is None or len(self.profile["units"]) > 14:
             return None
         d2h, h2d = self.bandwidths
         result = _common.ext().joint_limit(
@@ -405,8 +434,11 @@ class JointBudget:
         """The plan as a table, with the profile's figures and the budget."""
         if self.plan is None:
             return ""
-        return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} outside "
-                f"the units, {self._units_budget} for them\n" + self.plan["text"])
+        return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} beside "
+                f"the units throughout ({self.profile['working']} of it the backward's "
+                f"temporaries), {self._units_budget} for them and the head (the last "
+                f"unit, {self.profile['head']} bytes at the forward's end)\n"
+                + self.plan["text"])
 
 
 class _BackwardBegins:

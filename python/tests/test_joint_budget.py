@@ -183,7 +183,7 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     joint = ctx.joint_budget
     first, first_budget = list(joint.plan["choice"]), joint._units_budget
     probe.over = 3 * UNIT  # every candidate's peak reads 3 units over
-    for _ in range(7):  # each candidate twice: all are over, so lowered
+    for _ in range(3 * budget.RUNS_PER_CANDIDATE + 1):  # all candidates over: lowered
         seeded_step(model, x, ctx)
     probe.over = 0
     assert joint._units_budget < first_budget
@@ -195,13 +195,29 @@ def test_warm_up_runs_each_candidate_and_keeps_one_that_fits():
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.5, outside=0)
-    for _ in range(8):
+    for _ in range(3 * budget.RUNS_PER_CANDIDATE + budget.CHECKED_ITERATIONS + 1):
         assert_identical(reference, seeded_step(model, x, ctx))
     joint = ctx.joint_budget
     assert len(joint.trials) >= 2  # the joint plan and at least one other
     assert not joint.measuring
     fitting = [t for t in joint.trials if t[1] <= joint.budget_bytes]
     assert joint.plan["choice"] == min(fitting, key=lambda t: t[0])[2]["choice"]
+
+
+def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, probe = make(model, 0.8, outside=0)
+    joint = ctx.joint_budget
+    seeded_step(model, x, ctx)  # the profile
+    while not joint._settled:
+        seeded_step(model, x, ctx)
+    kept_budget = joint._units_budget
+    probe.over = 2 * UNIT  # a later step is over
+    seeded_step(model, x, ctx)
+    probe.over = 0
+    assert joint._units_budget < kept_budget
+    assert not joint._settled and joint.measuring  # warming up again
 
 
 def test_schedule_releases_offloaded_units_in_forward_order():

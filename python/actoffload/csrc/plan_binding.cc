@@ -20,7 +20,8 @@ namespace {
 
 namespace py = pybind11;
 
-// A unit from a dict with UnitCost's field names (missing ones are 0).
+// A unit from a dict with UnitCost's field names (missing ones are 0,
+// offloadable true).
 offload::UnitCost UnitOf(const py::dict& d) {
   auto get = [&](const char* key) -> py::object {
     return d.contains(key) ? d[key] : py::object(py::int_(0));
@@ -33,6 +34,7 @@ offload::UnitCost UnitOf(const py::dict& d) {
   u.input_bytes = get("input_bytes").cast<int64_t>();
   u.recompute_ns = get("recompute_ns").cast<double>();
   u.recompute_bytes = get("recompute_bytes").cast<int64_t>();
+  u.offloadable = d.contains("offloadable") ? d["offloadable"].cast<bool>() : true;
   return u;
 }
 
