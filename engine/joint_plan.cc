@@ -25,6 +25,7 @@ bool Better(const JointPlan& a, int a_recomputed, const JointPlan& b,
             int b_recomputed) {
   if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
   if (a_recomputed != b_recomputed) return a_recomputed < b_recomputed;
+  if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
   return a.offloaded_bytes < b.offloaded_bytes;
 }
 

@@ -86,7 +86,9 @@ struct JointPlan {
 };
 
 // The plan with the least predicted step time among those that fit the
-// budget. Ties go to fewer recomputed units, then to fewer offloaded bytes.
+// budget. Ties go to fewer recomputed units, then to the lower peak (the
+// most room for the model's error: which units recompute changes what the
+// backward holds), then to fewer offloaded bytes.
 // It tries every set of recomputable units when there are at most 16;
 // with more, it grows the set greedily one unit per round (the unit giving
 // the least step) from none to all and keeps the best plan seen.

@@ -155,6 +155,22 @@ TEST(JointPlanTest, AUnitThatMayNotBeOffloadedStays) {
   EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted);
 }
 
+// Equal steps and counts: the plan with the lower peak wins. Recomputing
+// units 0 and 1 (found first) holds unit 2's 300 bytes beside the others at
+// the forward's end (340); recomputing 1 and 2 keeps the small unit 0
+// instead (peak 260, while unit 2's recompute runs).
+TEST(JointPlanTest, TiesGoToTheLowerPeak) {
+  JointProblem p = Stack(3, 1.0, 420);
+  p.allow_offload = false;
+  p.units[0].saved_bytes = 100;
+  p.units[0].input_bytes = 10;
+  for (UnitCost& u : p.units) u.recompute_bytes = std::min<int64_t>(100, u.saved_bytes);
+  p.units[0].recompute_bytes = 50;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(K, R, R));
+  EXPECT_EQ(plan.peak_bytes, 260);
+}
+
 // The smallest budget fits and one byte less does not; it ignores the
 // problem's own budget.
 TEST(JointPlanTest, SmallestBudgetIsTheEdgeOfFeasibility) {

@@ -180,6 +180,8 @@ class JointBudget:
         self.trials = []      # (measured step ns, peak, plan) of those run
         self._settled = False
         self._runs = []  # (step, peak) of the plan in force's warm-up runs
+        self._all_trials = []  # every trial since the profile
+        self._smallest = None  # the least units' budget any plan fits
         self._checks_left = 0
 
     # --- the iteration's measurements ----------------------------------------
@@ -359,9 +361,10 @@ class JointBudget:
         budget = self.budget_bytes
         if self._settled:
             self._checks_left -= 1
-            if peak > budget:
+            lowered = self._units_budget - (peak - budget) - int(budget * _MARGIN)
+            if peak > budget and lowered >= self._smallest_units():
                 self._settled = False
-                self._units_budget -= peak - budget + int(budget * _MARGIN)
+                self._units_budget = lowered
                 self._plan()
             return
         self._runs.append((step_ns, peak))
@@ -369,6 +372,7 @@ class JointBudget:
             return  # a plan's first run allocates its pinned buffers: run it again
         runs, self._runs = self._runs[1:], []
         self.trials.append((min(t for t, _ in runs), max(p for _, p in runs), self.plan))
+        self._all_trials.append(self.trials[-1])
         if self.candidates:
             self._apply(self.candidates.pop(0))
             return
@@ -379,10 +383,27 @@ class JointBudget:
             self._settled = True
             self._checks_left = CHECKED_ITERATIONS
             return
-        # Every candidate is over: the units get the least excess less.
-        excess = min(t[1] for t in self.trials) - budget
-        self._units_budget -= excess + int(budget * _MARGIN)
+        # Every candidate is over: the units get the least excess less; where
+        # no plan of the units fits that, the plan measured lowest is kept.
+        lowest = min(self.trials, key=lambda t: (t[1], t[0]))
+        lowered = self._units_budget - (lowest[1] - budget) - int(budget * _MARGIN)
+        if lowered < self._smallest_units():
+            lowest = min(self._all_trials, key=lambda t: (t[1], t[0]))
+            self._apply(lowest[2])
+            self._settled, self._checks_left = True, 0
+            warnings.warn(
+                f"actoffload: no plan keeps the budget of {budget} bytes as measured; "
+                f"keeping the one measured lowest ({lowest[1]} bytes)", stacklevel=2)
+            return
+        self._units_budget = lowered
         self._plan()
+
+    def _smallest_units(self):
+        if self._smallest is None:
+            d2h, h2d = self.bandwidths
+            self._smallest = _common.ext().smallest_joint_budget(
+                self.profile["units"], d2h, h2d, self.allow_offload, self.allow_recompute)
+        return self._smallest
 
     def _apply(self, plan):
         if self.plan is not None and plan["choice"] == self.plan["choice"]:
