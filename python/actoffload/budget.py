@@ -326,6 +326,12 @@ class JointBudget:
                 if other is not None and all(other["choice"] != c["choice"]
                                              for c in candidates):
                     candidates.append(other)
+            # Checkpointing's own choice, recomputing the first r units (as
+            # many as the fewest the model needs, and one more): which units
+            # recompute changes what the backward holds beside a re-run,
+            # and the model knows only the bytes it measured.
+            if self.allow_recompute:
+                candidates += self._first_units_recomputed(candidates)
             self.candidates = candidates[1:]
             self.trials = []
             self._apply(plan)
@@ -397,6 +403,23 @@ class JointBudget:
             return
         self._units_budget = lowered
         self._plan()
+
+    def _first_units_recomputed(self, known):
+        units = self.profile["units"]
+        n = len(self.units)
+        d2h, h2d = self.bandwidths
+        found = []
+        for r in range(1, n + 1):
+            recompute = [i < r for i in range(n)] + [False] * (len(units) - n)
+            plan = _common.ext().evaluate_joint(units, d2h, h2d, self._units_budget,
+                                                recompute, self.allow_offload)
+            if plan is None:
+                continue
+            if all(plan["choice"] != c["choice"] for c in known + found):
+                found.append(plan)
+            if len(found) == 2 or r == n:
+                break
+        return found
 
     def _smallest_units(self):
         if self._smallest is None:

@@ -183,7 +183,8 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     joint = ctx.joint_budget
     first_budget = joint._units_budget
     probe.over = UNIT // 2  # every candidate's peak reads half a unit over
-    for _ in range(3 * budget.RUNS_PER_CANDIDATE + 1):  # all candidates over: lowered
+    rounds = 1 + len(joint.candidates)  # every candidate over: then lowered
+    for _ in range(rounds * budget.RUNS_PER_CANDIDATE):
         seeded_step(model, x, ctx)
     probe.over = 0
     # Planned anew for less: the plan in force fits the lowered share.
@@ -199,7 +200,7 @@ def test_where_no_plan_can_be_lowered_enough_the_lowest_measured_is_kept():
     joint = ctx.joint_budget
     probe.over = 50 * UNIT  # far over, whatever the plan
     with pytest.warns(UserWarning, match="keeping the one measured lowest"):
-        for _ in range(3 * budget.RUNS_PER_CANDIDATE + 1):
+        while joint.measuring:
             assert_identical(reference, seeded_step(model, x, ctx))
     probe.over = 0
     assert not joint.measuring
@@ -212,9 +213,9 @@ def test_warm_up_runs_each_candidate_and_keeps_one_that_fits():
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.5, outside=0)
-    for _ in range(3 * budget.RUNS_PER_CANDIDATE + budget.CHECKED_ITERATIONS + 1):
-        assert_identical(reference, seeded_step(model, x, ctx))
     joint = ctx.joint_budget
+    for _ in range(budget.WARMUP_ITERATIONS + 2):
+        assert_identical(reference, seeded_step(model, x, ctx))
     assert len(joint.trials) >= 2  # the joint plan and at least one other
     assert not joint.measuring
     fitting = [t for t in joint.trials if t[1] <= joint.budget_bytes]

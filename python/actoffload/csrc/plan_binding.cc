@@ -1,5 +1,5 @@
-// actoffload._C.plan_joint, smallest_joint_budget and joint_limit: the
-// engine's joint
+// actoffload._C.plan_joint, evaluate_joint, smallest_joint_budget and
+// joint_limit: the engine's joint
 // keep / offload / recompute planner (engine/joint_plan.h, SPEC §4.8) for
 // the profile the package measures (actoffload/budget.py). One engine call
 // each; Python does not plan.
@@ -99,6 +99,24 @@ void BindJointPlan(py::module& m) {
       "SmallestJointBudget: the least budget some plan fits",
       py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
       py::arg("allow_offload") = true, py::arg("allow_recompute") = true);
+  m.def(
+      "evaluate_joint",
+      [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,
+         int64_t budget, const std::vector<bool>& recompute, bool allow_offload)
+          -> py::object {
+        const offload::JointProblem p = ProblemOf(
+            units, d2h_gbps, h2d_gbps, budget, allow_offload, true);
+        offload::StatusOr<offload::JointPlan> plan =
+            offload::EvaluateJoint(p, recompute);
+        if (plan.status().code() == offload::StatusCode::kResourceExhausted) {
+          return py::none();
+        }
+        return PlanDict(ValueOrThrow(std::move(plan)), p);
+      },
+      "EvaluateJoint: the plan (dict) for the given recomputed units, or None "
+      "when it does not fit the budget",
+      py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
+      py::arg("budget"), py::arg("recompute"), py::arg("allow_offload") = true);
   m.def(
       "joint_limit",
       [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,
