@@ -198,6 +198,8 @@ class JointBudget:
             raise ValueError(message)
         self.iteration += 1
         if not self.measuring:
+            if not self._settled and self._all_trials:
+                self._settle_on_best()  # the warm-up's end came mid-race
             self._record = None
             return
         if self._clock is None:
@@ -420,6 +422,15 @@ class JointBudget:
             if len(found) == 2 or r == n:
                 break
         return found
+
+    def _settle_on_best(self):
+        """The fastest plan measured within the budget, else the lowest."""
+        budget = self.budget_bytes
+        fits = [t for t in self._all_trials if t[1] <= budget]
+        best = (min(fits, key=lambda t: t[0]) if fits
+                else min(self._all_trials, key=lambda t: (t[1], t[0])))
+        self._apply(best[2])
+        self._settled, self._checks_left = True, 0
 
     def _smallest_units(self):
         if self._smallest is None:

@@ -238,6 +238,22 @@ def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     assert not joint._settled and joint.measuring  # warming up again
 
 
+def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, probe = make(model, 0.8, outside=0)
+    joint = ctx.joint_budget
+    seeded_step(model, x, ctx)  # the profile
+    while len(joint._all_trials) < 2:
+        seeded_step(model, x, ctx)
+    # The warm-up ends (its iterations spent) while a candidate is running.
+    joint.iteration = budget.WARMUP_ITERATIONS + 1
+    seeded_step(model, x, ctx)
+    fits = [t for t in joint._all_trials if t[1] <= joint.budget_bytes]
+    assert joint._settled and fits
+    assert joint.plan["choice"] == min(fits, key=lambda t: t[0])[2]["choice"]
+
+
 def test_schedule_releases_offloaded_units_in_forward_order():
     # Two of five offloaded: released when units 3 and 4 begin (as TE's
     # default for k = 2 of 5), reloaded as those units' backward begins.
