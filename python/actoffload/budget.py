@@ -35,13 +35,13 @@ before the forward. Its life:
 This module is glue: it measures and applies; the engine plans.
 """
 
-import time
 import warnings
 
 import torch
 import torch.utils.checkpoint
 
 from . import _common
+from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
 # Names of the attention and MLP blocks inside a decoder layer (Hugging Face
 # Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
@@ -74,61 +74,6 @@ def find_units(layers, granularity):
                   if name in _BLOCK_NAMES]
         units.extend(blocks if blocks else [layer])
     return units
-
-
-class MemoryProbe:
-    """The caching allocator's own counters for one CUDA device."""
-
-    def __init__(self, device=None):
-        self.device = device
-
-    def allocated(self):
-        return torch.cuda.memory_allocated(self.device)
-
-    def peak(self):
-        return torch.cuda.max_memory_allocated(self.device)
-
-    def reset_peak(self):
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-
-class _Clock:
-    """Timestamps on the current CUDA stream (events), or the host's clock."""
-
-    def __init__(self, cuda):
-        self.cuda = cuda
-
-    def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter_ns()
-
-    def ns(self, start, end):
-        if self.cuda:
-            end.synchronize()
-            return start.elapsed_time(end) * 1e6
-        return float(end - start)
-
-
-def copy_bandwidths(device=None, nbytes=64 << 20):
-    """Pinned copy bandwidths (d2h, h2d) in GB/s, measured once."""
-    device_buffer = torch.empty(nbytes, dtype=torch.uint8, device=device or "cuda")
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    result = []
-    for direction in ("d2h", "h2d"):
-        for attempt in range(2):  # the first warms the path
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            if direction == "d2h":
-                host.copy_(device_buffer, non_blocking=True)
-            else:
-                device_buffer.copy_(host, non_blocking=True)
-            end.record()
-            end.synchronize()
-        result.append(nbytes / (start.elapsed_time(end) * 1e6))
-    return tuple(result)
 
 
 def schedule_for(choice):
@@ -203,7 +148,7 @@ class JointBudget:
             self._record = None
             return
         if self._clock is None:
-            self._clock = _Clock(isinstance(self.probe, MemoryProbe))
+            self._clock = Clock(isinstance(self.probe, MemoryProbe))
         self.probe.reset_peak()
         n = len(self.units)
         self._record = {"start": self._clock.mark(),
@@ -524,18 +469,6 @@ def _first_tensor(items):
 
 def _bytes(tensor):
     return tensor.numel() * tensor.element_size()
-
-
-def default_probe(layers, probe):
-    """The caller's probe, or the allocator's counters of the layers'
-    CUDA device; None on CPU (then the budget needs a probe)."""
-    if probe is not None:
-        return probe
-    for layer in layers:
-        for parameter in layer.parameters():
-            if parameter.is_cuda:
-                return MemoryProbe(parameter.device)
-    return None
 
 
 def warn_unplanned(budget):
