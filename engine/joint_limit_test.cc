@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
+#include "engine/joint_problem_testing.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -30,27 +31,6 @@ using ::testing::HasSubstr;
 constexpr UnitChoice K = UnitChoice::kKeep;
 constexpr UnitChoice O = UnitChoice::kOffload;
 constexpr UnitChoice R = UnitChoice::kRecompute;
-
-// As in joint_plan_test: units of 300 bytes, forward 100 ns, backward
-// 200 ns; recomputing one keeps its 30-byte input, takes 100 ns and holds
-// 270 bytes during its backward. `gbps` is bytes per ns.
-JointProblem Stack(int units, double gbps, int64_t budget) {
-  JointProblem p;
-  for (int i = 0; i < units; ++i) {
-    UnitCost u;
-    u.saved_bytes = 300;
-    u.forward_ns = 100;
-    u.backward_ns = 200;
-    u.recomputable = true;
-    u.input_bytes = 30;
-    u.recompute_ns = 100;
-    u.recompute_bytes = 270;
-    p.units.push_back(u);
-  }
-  p.d2h_gbps = p.h2d_gbps = gbps;
-  p.budget = budget;
-  return p;
-}
 
 // a <= b, up to the rounding of two different sums of the same terms.
 bool AtMost(double a, double b) {

@@ -1,0 +1,37 @@
+// A stack of identical units for the joint plan's and the limit's tests
+// (joint_plan_test.cc, joint_limit_test.cc), whose cases are worked by hand
+// on it.
+
+#ifndef OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
+#define OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
+
+#include <cstdint>
+
+#include "engine/joint_plan.h"
+
+namespace offload {
+
+// Units of 300 bytes, forward 100 ns, backward 200 ns; recomputing one
+// keeps its 30-byte input, takes 100 ns and holds 270 bytes during its
+// backward. Copies of 300 bytes at `gbps` (bytes per ns) take 300 / gbps ns.
+inline JointProblem Stack(int units, double gbps, int64_t budget) {
+  JointProblem p;
+  for (int i = 0; i < units; ++i) {
+    UnitCost u;
+    u.saved_bytes = 300;
+    u.forward_ns = 100;
+    u.backward_ns = 200;
+    u.recomputable = true;
+    u.input_bytes = 30;
+    u.recompute_ns = 100;
+    u.recompute_bytes = 270;
+    p.units.push_back(u);
+  }
+  p.d2h_gbps = p.h2d_gbps = gbps;
+  p.budget = budget;
+  return p;
+}
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
