@@ -237,14 +237,7 @@ rc::Gen<JointProblem> GenProblem() {
     const int n = *rc::gen::inRange(1, 8);
     int64_t total = 0;
     for (int i = 0; i < n; ++i) {
-      UnitCost u;
-      u.saved_bytes = *rc::gen::inRange<int64_t>(1, 1000);
-      u.forward_ns = *rc::gen::inRange(0, 1000);
-      u.backward_ns = *rc::gen::inRange(0, 2000);
-      u.recomputable = *rc::gen::arbitrary<bool>();
-      u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
-      u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
-      u.recompute_ns = *rc::gen::inRange(0, 1000);
+      const UnitCost u = *GenUnitCost();
       total += u.saved_bytes;
       p.units.push_back(u);
     }

@@ -1,6 +1,6 @@
-// A stack of identical units for the joint plan's and the limit's tests
-// (joint_plan_test.cc, joint_limit_test.cc), whose cases are worked by hand
-// on it.
+// The joint plan's and the limit's tests (joint_plan_test.cc,
+// joint_limit_test.cc) share these: a stack of identical units, whose cases
+// are worked by hand, and a random unit for their properties.
 
 #ifndef OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
 #define OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "engine/joint_plan.h"
+#include "rapidcheck.h"
 
 namespace offload {
 
@@ -30,6 +31,22 @@ inline JointProblem Stack(int units, double gbps, int64_t budget) {
   p.d2h_gbps = p.h2d_gbps = gbps;
   p.budget = budget;
   return p;
+}
+
+// A random unit for the properties: up to 1000 bytes, times up to 2000 ns,
+// recomputable or not, input and re-created bytes within its saved bytes.
+inline rc::Gen<UnitCost> GenUnitCost() {
+  return rc::gen::exec([] {
+    UnitCost u;
+    u.saved_bytes = *rc::gen::inRange<int64_t>(1, 1000);
+    u.forward_ns = *rc::gen::inRange(0, 1000);
+    u.backward_ns = *rc::gen::inRange(0, 2000);
+    u.recomputable = *rc::gen::arbitrary<bool>();
+    u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+    u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+    u.recompute_ns = *rc::gen::inRange(0, 1000);
+    return u;
+  });
 }
 
 }  // namespace offload
