@@ -254,6 +254,63 @@ def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured():
     assert joint.plan["choice"] == min(fits, key=lambda t: t[0])[2]["choice"]
 
 
+def test_an_exception_in_the_profile_forward_then_steps_as_usual():
+    # SPEC §7.2: the raised forward is abandoned; the next one is the profile.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5)
+    original = model.layers[2].forward
+    model.layers[2].forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    with pytest.raises(RuntimeError, match="bad batch"):
+        seeded_step(model, x, ctx)
+    model.layers[2].forward = original
+    for _ in range(6):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget.plan is not None
+    assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
+
+
+def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan():
+    # SPEC §7.1, §7.3: a planned step (offload and recompute) traversed twice,
+    # and the first layer frozen; bit-identical to the same loop without it.
+    def loop(ctx):
+        model = Decoder()
+        for p in model.layers[0].parameters():
+            p.requires_grad_(False)
+        x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
+        results = []
+        for _ in range(8):
+            for p in model.parameters():
+                p.grad = None
+            torch.manual_seed(7)
+            if ctx is None:
+                out = model(x)
+            else:
+                with ctx(model):
+                    out = model(x)
+            loss = (out.float() ** 2).mean()
+            loss.backward(retain_graph=True)
+            loss.backward()
+            results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        return results
+
+    torch.manual_seed(3)
+    reference = loop(None)
+    made = {}
+
+    def ctx(model):
+        if "ctx" not in made:
+            made["ctx"] = make(model, 0.5)[0]
+        return made["ctx"]
+    torch.manual_seed(3)
+    got = loop(ctx)
+    for a, b in zip(reference, got):
+        assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+    choice = made["ctx"].joint_budget.plan["choice"]
+    assert "offload" in choice or "recompute" in choice, choice
+
+
 def test_schedule_releases_offloaded_units_in_forward_order():
     # Two of five offloaded: released when units 3 and 4 begin (as TE's
     # default for k = 2 of 5), reloaded as those units' backward begins.
