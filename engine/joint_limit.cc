@@ -48,17 +48,20 @@ class Bounder {
 
   // Sets unit i's choice and computes F_i from F_-1..F_i-1 (units 0..i-1
   // must be set). Returns false, with *misfit set, when the bytes of units
-  // 0..i that cannot leave the device exceed the budget at F_i.
+  // 0..i that cannot leave the device, with unit i's forward transient,
+  // exceed the budget at F_i.
   bool Forward(int i, UnitChoice c, Misfit* misfit) {
     const UnitCost& u = p_.units[i];
     choice_[i] = c;
     held_[i + 1] =
         held_[i] + (c == UnitChoice::kRecompute ? u.input_bytes : u.saved_bytes);
     out_[i + 1] = out_[i] + (c == UnitChoice::kOffload ? u.saved_bytes : 0);
-    // Bytes that must be out by F_i: what exceeds the budget.
-    const int64_t excess = held_[i + 1] - p_.budget;
+    // Bytes that must be out by F_i: what exceeds the budget at unit i's
+    // peak (all its bytes and its transient).
+    const int64_t peak = held_[i + 1] + u.forward_transient_bytes;
+    const int64_t excess = peak - p_.budget;
     if (excess > out_[i + 1]) {
-      *misfit = {i, held_[i + 1] - out_[i + 1], true};
+      *misfit = {i, peak - out_[i + 1], true};
       return false;
     }
     double f = end_[i] + u.forward_ns;
@@ -84,10 +87,14 @@ class Bounder {
     room_[n_] = p_.budget - (held_[n_] - out_[n_]);
     for (int w = n_ - 1; w >= 0; --w) {
       const UnitCost& u = p_.units[w];
-      const int64_t whole = choice_[w] == UnitChoice::kRecompute
-                                ? u.input_bytes + u.recompute_bytes
-                                : u.saved_bytes;
-      const int64_t needed = (held_[w] - out_[w]) + whole;
+      const bool recomputed = choice_[w] == UnitChoice::kRecompute;
+      const int64_t whole =
+          recomputed ? u.input_bytes + u.recompute_bytes : u.saved_bytes;
+      // At its peak: its temporaries, or its re-run's transient if larger.
+      const int64_t transient =
+          std::max(u.backward_transient_bytes,
+                   recomputed ? u.forward_transient_bytes : int64_t{0});
+      const int64_t needed = (held_[w] - out_[w]) + whole + transient;
       room_[w] = p_.budget - needed;
       if (room_[w] < 0) {
         *misfit = {w, needed, false};

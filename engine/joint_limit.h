@@ -10,6 +10,9 @@
 // recompute_ns longer and holds recompute_bytes more while it runs. A
 // unit's saved bytes (input_bytes when recomputed) arrive evenly during its
 // forward, are needed whole during its backward and are freed when it ends.
+// A unit's transients (joint_plan.h) are held at the peak of its forward
+// and of its backward (a recomputed unit's re-run: the larger of its two),
+// as PlanJoint counts them.
 // An offloaded unit's bytes all go to host and all come back before its
 // backward; copies are fluid (any rate up to d2h_gbps / h2d_gbps, GB/s =
 // 1e9 B/s = 1 B/ns, one engine each way, overlapping compute and each
@@ -25,9 +28,10 @@
 // and E_u the start and end of unit u's backward (E_n = F_n-1), and P_k the
 // offloaded bytes of units 0..k:
 //  - Memory is checked only at unit boundaries: at F_i (all of units 0..i
-//    produced) and at each E_u (what u's backward holds whole, plus the
-//    bytes already back of offloaded units below u). Instants between are
-//    not checked.
+//    produced, with unit i's forward transient on top, as at its peak) and
+//    at each E_u (what u's backward holds whole at its peak, transient
+//    included, plus the bytes already back of offloaded units below u).
+//    Instants between are not checked.
 //  - At F_i, offloaded bytes already copied back are not counted; in the
 //    backward, offloaded bytes not yet copied out are not counted.
 //  - D2H runs at full bandwidth from the moment bytes exist: by F_i at most

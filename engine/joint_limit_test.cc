@@ -148,6 +148,54 @@ TEST(JointLimitTest, SlowCopiesMakeRecomputeWin) {
   EXPECT_DOUBLE_EQ(plan.step_ns, limit.step_ns);
 }
 
+// Transients count at the boundaries as PlanJoint counts them.
+//  - Two kept units at 600 bytes: unit 1's forward holding 250 bytes more
+//    needs 850; offloading unit 0, 250 of its bytes must be out by unit
+//    1's end, none before 0 ns: F_1 >= 250 at 1 B/ns (compute: 200). The
+//    backward then has room for unit 0 next to unit 1's: step 250 + 400.
+//    Offloading unit 1 instead: 250 of its bytes out, none before 100 ns:
+//    F_1 >= 350, and it is back by 400 at the earliest: 800.
+//  - Unit 1's backward holding 50 bytes of temporaries: 650 with both kept.
+//  - PlanJoint's ARerunsTransientCountsInTheBackward: recomputing unit 1
+//    beside the kept unit 0 holds 300 + 30 + 100 + 200 in its backward;
+//    recomputing unit 0 is the limit, and PlanJoint's plan.
+TEST(JointLimitTest, TransientsCountAtTheBoundaries) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.allow_recompute = false;
+  EXPECT_THAT(JointChoiceBound(p, {K, K}), IsOkAndHolds(600.0));
+  p.units[1].forward_transient_bytes = 250;
+  EXPECT_THAT(JointChoiceBound(p, {K, K}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("at the end of unit 1's forward, 850 bytes")));
+  EXPECT_THAT(JointChoiceBound(p, {O, K}), IsOkAndHolds(650.0));
+  EXPECT_THAT(JointChoiceBound(p, {K, O}), IsOkAndHolds(800.0));
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(O, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 650);
+
+  p = Stack(2, 1.0, 600);
+  p.units[1].backward_transient_bytes = 50;
+  EXPECT_THAT(JointChoiceBound(p, {K, K}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 1's backward, 650 bytes")));
+
+  p = Stack(2, 1.0, 600);
+  p.allow_offload = false;
+  p.units[0].forward_transient_bytes = 300;
+  p.units[1].forward_transient_bytes = 200;
+  p.units[1].recompute_bytes = 100;
+  p.units[1].recompute_ns = 50;
+  EXPECT_THAT(JointChoiceBound(p, {K, R}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 1's backward, 630 bytes")));
+  ASSERT_OK_AND_ASSIGN(limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(R, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 700);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(R, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 700);
+}
+
 // Unit 1 cannot be recomputed and its backward needs 300 bytes whole.
 // A unit that may not be offloaded is never offloaded in the limit's
 // choice either: a budget that only its offload would meet has no choice.
@@ -212,18 +260,21 @@ rc::Gen<JointProblem> GenProblem() {
   return rc::gen::exec([] {
     JointProblem p;
     const int n = *rc::gen::inRange(1, 7);
-    int64_t total = 0, largest = 0;
+    int64_t total = 0, largest = 0, transient = 0;
     for (int i = 0; i < n; ++i) {
       const UnitCost u = *GenUnitCost();
       total += u.saved_bytes;
       largest = std::max(largest, u.saved_bytes);
+      transient = std::max({transient, u.forward_transient_bytes,
+                            u.backward_transient_bytes});
       p.units.push_back(u);
     }
     p.d2h_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
     p.h2d_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
     // Mostly at least the largest unit, below which few choices fit.
     const bool roomy = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
-    p.budget = *rc::gen::inRange<int64_t>(roomy ? largest : 1, total + 1);
+    p.budget =
+        *rc::gen::inRange<int64_t>(roomy ? largest : 1, total + transient + 1);
     p.allow_offload = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
     p.allow_recompute = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
     return p;
@@ -289,8 +340,9 @@ RC_GTEST_PROP(JointLimitProperties, IsTheLeastBoundOfAnyChoice, ()) {
 }
 
 // Checked here from the definition, not through the bound: at each
-// forward's end what cannot leave (kept bytes, recomputed inputs) fits, and
-// during each backward what it needs whole next to what stays fits.
+// forward's end what cannot leave (kept bytes, recomputed inputs) fits with
+// that forward's transient, and during each backward what it needs whole
+// at its peak next to what stays fits.
 RC_GTEST_PROP(JointLimitProperties, ItsChoiceFitsAtEveryUnitBoundary, ()) {
   const JointProblem p = *GenProblem();
   StatusOr<JointLimitResult> limit = JointLimit(p);
@@ -302,9 +354,11 @@ RC_GTEST_PROP(JointLimitProperties, ItsChoiceFitsAtEveryUnitBoundary, ()) {
     RC_ASSERT(Allowed(p, static_cast<int>(i), c[i]));
     const int64_t whole =
         c[i] == R ? u.input_bytes + u.recompute_bytes : u.saved_bytes;
-    RC_ASSERT(stays + whole <= p.budget);
+    const int64_t transient = std::max(
+        u.backward_transient_bytes, c[i] == R ? u.forward_transient_bytes : 0);
+    RC_ASSERT(stays + whole + transient <= p.budget);
     stays += c[i] == K ? u.saved_bytes : c[i] == R ? u.input_bytes : 0;
-    RC_ASSERT(stays <= p.budget);
+    RC_ASSERT(stays + u.forward_transient_bytes <= p.budget);
   }
 }
 

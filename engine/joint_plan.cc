@@ -29,6 +29,16 @@ bool Better(const JointPlan& a, int a_recomputed, const JointPlan& b,
   return a.offloaded_bytes < b.offloaded_bytes;
 }
 
+// The units PlanJoint may recompute.
+std::vector<int> RecomputeCandidates(const JointProblem& p) {
+  std::vector<int> candidates;
+  if (!p.allow_recompute) return candidates;
+  for (int i = 0; i < static_cast<int>(p.units.size()); ++i) {
+    if (p.units[i].recomputable) candidates.push_back(i);
+  }
+  return candidates;
+}
+
 }  // namespace
 
 const char* UnitChoiceName(UnitChoice c) {
@@ -65,6 +75,14 @@ Status ValidateJointProblem(const JointProblem& p) {
         !(u.recompute_ns >= 0) || !std::isfinite(u.forward_ns) ||
         !std::isfinite(u.backward_ns) || !std::isfinite(u.recompute_ns)) {
       return bad("times must be finite and not negative");
+    }
+    if (u.forward_transient_bytes < 0) {
+      return bad("forward_transient_bytes must not be negative, got " +
+                 std::to_string(u.forward_transient_bytes));
+    }
+    if (u.backward_transient_bytes < 0) {
+      return bad("backward_transient_bytes must not be negative, got " +
+                 std::to_string(u.backward_transient_bytes));
     }
     if (u.recomputable &&
         (u.input_bytes < 0 || u.input_bytes > u.saved_bytes ||
@@ -111,7 +129,8 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   };
 
   // Forward, memory: which units are released during which, and at what
-  // fraction of its forward (its bytes arrive evenly while it runs).
+  // fraction of its forward (its saved and transient bytes arrive evenly
+  // while it runs; the transient is gone by its end).
   struct Release {
     int unit;
     double at;  // fraction of the forward of the unit it makes room for
@@ -121,7 +140,9 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   int64_t resident = 0;
   int next_candidate = 0;
   for (int i = 0; i < n; ++i) {
-    while (resident + need[i] > p.budget && p.allow_offload) {
+    const int64_t transient = p.units[i].forward_transient_bytes;
+    const int64_t own = need[i] + transient;  // unit i's at its peak
+    while (resident + own > p.budget && p.allow_offload) {
       while (next_candidate < i &&
              (recompute[next_candidate] || released[next_candidate] ||
               !p.units[next_candidate].offloadable)) {
@@ -129,18 +150,18 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
       }
       if (next_candidate >= i) break;
       const double at =
-          need[i] > 0 ? double(std::max<int64_t>(0, p.budget - resident)) /
-                            double(need[i])
-                      : 0.0;
+          own > 0 ? double(std::max<int64_t>(0, p.budget - resident)) /
+                        double(own)
+                  : 0.0;
       released[next_candidate] = true;
       release_during[i].push_back({next_candidate, std::min(at, 1.0)});
       resident -= need[next_candidate];
     }
-    if (resident + need[i] > p.budget) {
+    if (resident + own > p.budget) {
       return exhausted("in the forward", i, resident);
     }
+    plan.peak_bytes = std::max(plan.peak_bytes, resident + own);
     resident += need[i];
-    plan.peak_bytes = std::max(plan.peak_bytes, resident);
   }
   for (int i = 0; i < n; ++i) {
     if (released[i]) {
@@ -177,21 +198,27 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   }
 
   // Backward, memory. Slot s runs unit n-1-s; mem[s] is what is on device
-  // while it runs.
+  // while it runs, and mem[s] + extra[s] its peak: its backward's
+  // temporaries or, when recomputed, its re-run's transient if larger (the
+  // re-run ends before the backward starts).
   auto slot_of = [n](int unit) { return n - 1 - unit; };
-  std::vector<int64_t> mem(n, 0);
+  std::vector<int64_t> mem(n, 0), extra(n, 0);
   for (int i = 0; i < n; ++i) {
     if (!released[i]) {
       for (int s = 0; s <= slot_of(i); ++s) mem[s] += need[i];
     }
     if (recompute[i]) mem[slot_of(i)] += p.units[i].recompute_bytes;
+    extra[slot_of(i)] = std::max(
+        p.units[i].backward_transient_bytes,
+        recompute[i] ? p.units[i].forward_transient_bytes : int64_t{0});
   }
   for (int s = 0; s < n; ++s) {
-    if (mem[s] > p.budget) {
+    if (mem[s] + extra[s] > p.budget) {
       return ResourceExhaustedError(
           "joint plan: budget of " + Bytes(p.budget) + " is too small in the "
-          "backward: while " + UnitName(n - 1 - s) + " runs, " + Bytes(mem[s]) +
-          " are on device before any reload");
+          "backward: while " + UnitName(n - 1 - s) + " runs, " +
+          Bytes(mem[s] + extra[s]) + " are on device at its peak before "
+          "any reload");
     }
   }
   std::vector<int> reload_slot(n, -1);
@@ -201,8 +228,10 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     const int64_t bytes = p.units[u].saved_bytes;
     int slot = -1;
     for (int s = first_slot; s <= slot_of(u) && slot < 0; ++s) {
-      const int64_t most =
-          *std::max_element(mem.begin() + s, mem.begin() + slot_of(u) + 1);
+      int64_t most = 0;  // the highest peak it would sit next to
+      for (int t = s; t <= slot_of(u); ++t) {
+        most = std::max(most, mem[t] + extra[t]);
+      }
       if (most + bytes <= p.budget) slot = s;
     }
     if (slot < 0) {
@@ -213,7 +242,9 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     reload_slot[u] = slot;
     first_slot = slot;
   }
-  for (int64_t m : mem) plan.peak_bytes = std::max(plan.peak_bytes, m);
+  for (int s = 0; s < n; ++s) {
+    plan.peak_bytes = std::max(plan.peak_bytes, mem[s] + extra[s]);
+  }
 
   // Backward, time.
   double h2d_free = t;
@@ -243,12 +274,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
 StatusOr<JointPlan> PlanJoint(const JointProblem& p) {
   OFFLOAD_RETURN_IF_ERROR(ValidateJointProblem(p));
   const int n = static_cast<int>(p.units.size());
-  std::vector<int> candidates;
-  if (p.allow_recompute) {
-    for (int i = 0; i < n; ++i) {
-      if (p.units[i].recomputable) candidates.push_back(i);
-    }
-  }
+  const std::vector<int> candidates = RecomputeCandidates(p);
   const int c = static_cast<int>(candidates.size());
   bool found = false;
   JointPlan best;
@@ -313,33 +339,104 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& p) {
   return best;
 }
 
-StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem) {
-  JointProblem p = problem;
-  int64_t high = 1;
-  for (const UnitCost& u : p.units) high += u.saved_bytes;
-  p.budget = high;
-  OFFLOAD_RETURN_IF_ERROR(ValidateJointProblem(p));
-  if (!PlanJoint(p).ok()) {
-    // More than every saved byte: only a recompute's re-created bytes can
-    // need it; grow until a plan fits.
-    while (!PlanJoint(p).ok()) {
-      if (p.budget > (int64_t{1} << 61)) {
-        return InvalidArgumentError("joint plan: no budget fits");
-      }
-      p.budget *= 2;
-    }
-    high = p.budget;
-  }
-  int64_t low = 0;  // infeasible (budgets must be positive)
+namespace {
+
+// The least budget in (low, high] that fits, where `high` fits and whether
+// one fits is monotone in between: a binary search.
+template <typename Fits>
+int64_t LeastFitting(int64_t low, int64_t high, const Fits& fits) {
   while (high - low > 1) {
-    p.budget = low + (high - low) / 2;
-    if (PlanJoint(p).ok()) {
-      high = p.budget;
+    const int64_t mid = low + (high - low) / 2;
+    if (fits(mid)) {
+      high = mid;
     } else {
-      low = p.budget;
+      low = mid;
     }
   }
   return high;
+}
+
+// A budget that every set of recomputed units fits with nothing released:
+// all saved bytes and the most any one unit holds beyond them.
+int64_t RoomyBudget(const JointProblem& p) {
+  int64_t total = 0, most = 0;
+  for (const UnitCost& u : p.units) {
+    total += u.saved_bytes;
+    most = std::max(most, (u.recomputable ? u.recompute_bytes : 0) +
+                              std::max(u.forward_transient_bytes,
+                                       u.backward_transient_bytes));
+  }
+  return std::max<int64_t>(1, total + most);
+}
+
+// The least budget below `below` at which EvaluateJoint(p, recompute)
+// succeeds, or `below` if none does. The forward releases the first k of
+// its candidates (units not recomputed that may be offloaded, in order),
+// k the fewest for which every unit's forward fits: the budgets with k
+// released form the interval [lowest[k], lowest[k-1]). Within one the
+// backward holds the same units, so success is monotone there (a larger
+// budget only lets reloads start earlier), and a binary search finds its
+// least budget.
+int64_t LeastBudgetFor(JointProblem p, const std::vector<bool>& recompute,
+                       int64_t below) {
+  const int n = static_cast<int>(p.units.size());
+  std::vector<int64_t> first = {0};  // needs of the first k candidates
+  std::vector<int> before(n);        // candidates among units 0..i-1
+  for (int i = 0; i < n; ++i) {
+    before[i] = static_cast<int>(first.size()) - 1;
+    if (p.allow_offload && p.units[i].offloadable && !recompute[i]) {
+      first.push_back(first.back() + p.units[i].saved_bytes);
+    }
+  }
+  const int m = static_cast<int>(first.size()) - 1;
+  // lowest[k]: the least budget whose forward releases at most k units.
+  std::vector<int64_t> lowest(m + 1, 1);
+  for (int k = 0; k <= m; ++k) {
+    int64_t produced = 0;
+    for (int i = 0; i < n; ++i) {
+      const UnitCost& u = p.units[i];
+      produced += recompute[i] ? u.input_bytes : u.saved_bytes;
+      lowest[k] = std::max(lowest[k], produced + u.forward_transient_bytes -
+                                          first[std::min(k, before[i])]);
+    }
+  }
+  auto fits = [&](int64_t budget) {
+    p.budget = budget;
+    return EvaluateJoint(p, recompute).ok();
+  };
+  // From the lowest interval up: the first with a budget that fits holds
+  // the least.
+  for (int k = m; k >= 0 && lowest[k] < below; --k) {
+    const int64_t top = std::min(k > 0 ? lowest[k - 1] : below, below) - 1;
+    if (lowest[k] > top || !fits(top)) continue;
+    return LeastFitting(lowest[k] - 1, top, fits);
+  }
+  return below;
+}
+
+}  // namespace
+
+StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem) {
+  JointProblem p = problem;
+  p.budget = RoomyBudget(p);  // fits: nothing recomputed, nothing released
+  OFFLOAD_RETURN_IF_ERROR(ValidateJointProblem(p));
+  const int n = static_cast<int>(p.units.size());
+  const std::vector<int> candidates = RecomputeCandidates(p);
+  const int c = static_cast<int>(candidates.size());
+  if (c > kExhaustiveUnits) {
+    return LeastFitting(0, p.budget, [&p](int64_t budget) {
+      p.budget = budget;
+      return PlanJoint(p).ok();
+    });
+  }
+  // PlanJoint succeeds where any set it tries does: the least over them.
+  int64_t least = p.budget;
+  for (uint32_t mask = 0; mask < (1u << c); ++mask) {
+    std::vector<bool> r(n, false);
+    for (int b = 0; b < c; ++b) r[candidates[b]] = (mask >> b) & 1u;
+    least = LeastBudgetFor(p, r, least);
+  }
+  return least;
 }
 
 Status ValidateJointPlan(const JointPlan& plan, const JointProblem& p) {

@@ -10,19 +10,27 @@
 // runs them in reverse, one at a time, on one compute stream; one copy
 // engine each way):
 //  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
-//    recomputed) arrive evenly while its forward runs and must fit in the
+//    recomputed) arrive evenly while its forward runs; at its peak it also
+//    holds forward_transient_bytes, so saved plus transient must fit in the
 //    budget next to what is on device. Where they would not, the earliest
 //    offloadable units not yet released and not recomputed are released,
-//    earliest first (the byte budget's rule, engine/budget/budget_plan.h), and the compute
-//    stream waits there for their copies to host. A released unit's copy
-//    runs at d2h_gbps from its forward's start (after the copies queued
-//    before it) and ends no earlier than its forward.
+//    earliest first (the byte budget's rule, engine/budget/budget_plan.h),
+//    and the compute stream waits there for their copies to host: at the
+//    fraction of the forward where what is on device plus the part of saved
+//    plus transient produced so far reaches the budget. After the forward
+//    only the saved bytes stay (the transient is gone). A released unit's
+//    copy runs at d2h_gbps from its forward's start (after the copies
+//    queued before it) and ends no earlier than its forward.
 //  - Backward. A recomputed unit holds recompute_bytes more while its
-//    backward runs and takes recompute_ns longer. Released units come back
-//    in order of need, each as early as the budget allows over the whole
-//    time it is then on device (it must fit next to every later unit's
-//    bytes until its own backward), at h2d_gbps; a unit's backward waits
-//    for its own reload.
+//    backward runs and takes recompute_ns longer. On top of what is on
+//    device while a unit's backward runs, its peak holds
+//    backward_transient_bytes, or, when recomputed, the larger of that and
+//    forward_transient_bytes (its re-run ends before its backward starts,
+//    so the two do not coexist); that peak must fit in the budget.
+//    Released units come back in order of need, each as early as the
+//    budget allows over the whole time it is then on device (it must fit
+//    next to every later unit's peak until its own backward), at
+//    h2d_gbps; a unit's backward waits for its own reload.
 // The model is coarser than the engine (fluid bytes instead of tensors,
 // whole units in the backward); the engine's byte budget then picks the
 // storages to offload from its recorded iteration, within the budget.
@@ -55,6 +63,13 @@ struct UnitCost {
   int64_t input_bytes = 0;
   double recompute_ns = 0;
   int64_t recompute_bytes = 0;
+  // Bytes the unit holds only for a moment, above what the model already
+  // counts on device then: at the peak of its forward (and of its re-run
+  // when recomputed; an eager attention's score matrix, freed before the
+  // forward ends), and at the peak of its backward (the temporaries and
+  // gradients it computes). Neither stays after the unit ends.
+  int64_t forward_transient_bytes = 0;
+  int64_t backward_transient_bytes = 0;
 };
 
 enum class UnitChoice { kKeep, kOffload, kRecompute };
@@ -77,7 +92,7 @@ struct JointPlan {
   double step_ns = 0;
   double stall_ns = 0;       // compute-stream waits for copies
   double recompute_ns = 0;   // forward re-run
-  int64_t peak_bytes = 0;    // the most bytes on device at once
+  int64_t peak_bytes = 0;    // the most bytes on device at once, transients too
   int64_t offloaded_bytes = 0;
 
   bool Recompute(int unit) const {
@@ -97,9 +112,18 @@ struct JointPlan {
 //   allowed needs, when none fits.
 StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 
-// The smallest budget some plan fits (PlanJoint succeeds for it and, the
-// model being monotone in the budget, for every larger one): a binary
-// search over PlanJoint. `problem.budget` is ignored.
+// The least budget for which PlanJoint succeeds. `problem.budget` is
+// ignored. Success need not be monotone in the budget: the forward releases
+// units only for its own room, so a budget large enough for the forward to
+// keep a unit can be too small for a later backward's peak beside it (a
+// backward transient or re-created bytes above the forward's), where a
+// smaller budget, which releases that unit, fits. So for each set of
+// recomputed units PlanJoint tries, it splits the budgets by how many units
+// the forward releases (success is monotone within each part) and
+// binary-searches the parts. With more than 16 recomputable units
+// (PlanJoint's greedy search, whose sets depend on the budget) it
+// binary-searches PlanJoint itself: a budget that fits where one byte less
+// does not, the least one where success is monotone.
 // Errors: kInvalidArgument for a malformed problem (the budget aside).
 StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
 
@@ -111,10 +135,11 @@ StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
 StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
                                   const std::vector<bool>& recompute);
 
-// Checks sizes and values: at least one unit, bytes and times not negative,
-// saved_bytes > 0, input and recompute bytes within saved_bytes for a
-// recomputable unit, positive bandwidths where offloading is allowed,
-// budget > 0. Errors: kInvalidArgument naming the unit and the field.
+// Checks sizes and values: at least one unit, bytes (transients too) and
+// times not negative, saved_bytes > 0, input and recompute bytes within
+// saved_bytes for a recomputable unit, positive bandwidths where offloading
+// is allowed, budget > 0. Errors: kInvalidArgument naming the unit and the
+// field.
 Status ValidateJointProblem(const JointProblem& problem);
 
 // Checks `plan` against `problem` independently of PlanJoint: its choices

@@ -4,6 +4,7 @@
 #include "engine/joint_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -102,6 +103,110 @@ TEST(JointPlanTest, RecomputedBytesCountInTheBackward) {
   EXPECT_THAT(plan.status().message(), HasSubstr("while unit 3 runs, 900"));
 }
 
+// Budget 700 for three 300-byte units, copies of 30 ns. Without a
+// transient unit 0 alone makes room for unit 2 (300 + 300 + 300 > 700,
+// then 600). Unit 2's forward holding 350 bytes more for a moment needs
+// unit 1 gone too: 300 + 300 + 350 > 700, then 300 + 350 = 650, the peak.
+// Backward: unit 2 holds 300; unit 1 comes back while it runs (600), unit
+// 0 while unit 1 runs (600). The copies hide: step 900.
+TEST(JointPlanTest, AForwardTransientForcesAnotherRelease) {
+  JointProblem p = Stack(3, 10.0, 700);
+  ASSERT_OK_AND_ASSIGN(JointPlan without,
+                       EvaluateJoint(p, {false, false, false}));
+  EXPECT_THAT(without.choice, ElementsAre(O, K, K));
+  EXPECT_EQ(without.peak_bytes, 600);
+  p.units[2].forward_transient_bytes = 350;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(O, O, K));
+  EXPECT_EQ(plan.peak_bytes, 650);
+  EXPECT_EQ(plan.offloaded_bytes, 600);
+  EXPECT_DOUBLE_EQ(plan.step_ns, 900);
+  EXPECT_DOUBLE_EQ(plan.stall_ns, 0);
+  // Unit 2 alone needs 650: with 649 nothing fits.
+  p.budget = 649;
+  EXPECT_THAT(EvaluateJoint(p, {false, false, false}).status().message(),
+              HasSubstr("too small in the forward: unit 2"));
+}
+
+// Two units fill the budget of 600; unit 1's forward holding 200 bytes
+// more for a moment sends unit 0 to host (copy 0..300 at 1 B/ns). Unit 1's
+// saved and transient bytes arrive evenly: room for 300 of its 500 is
+// there, so the forward waits for the copy at 60% of it (160 ns) until
+// 300 and ends at 340: a 140 ns stall. Unit 0 comes back while unit 1's
+// backward runs (340..640, 300 + 300 fit) and waits 100 more: step 840.
+TEST(JointPlanTest, AForwardTransientTakesRoomAsItArrives) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.allow_recompute = false;
+  p.units[1].forward_transient_bytes = 200;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(O, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 840);
+  EXPECT_DOUBLE_EQ(plan.stall_ns, 240);
+  EXPECT_EQ(plan.peak_bytes, 600);
+}
+
+// Checkpointing two units at 600 bytes, each forward holding a transient
+// (unit 0: 300, unit 1: 200); unit 1 re-creates only 100 bytes and
+// re-runs in 50 ns, unit 0 re-creates 270 in 100 ns. Keeping both: unit
+// 1's forward needs 800. Recomputing unit 1 next to the kept unit 0 fits
+// the forward (300 + 30 + 200) and, without the re-run's transient, its
+// backward (330 + 100), and would be 50 ns faster; but the re-run holds
+// its 200 bytes too: 630 > 600. Recomputing unit 0 (checkpointing's
+// choice) fits: forward 330 then 530; backward 330, then unit 0's re-run
+// with 30 + 270 + 300 = 600, the peak. Step 600 + 100.
+TEST(JointPlanTest, ARerunsTransientCountsInTheBackward) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.allow_offload = false;
+  p.units[0].forward_transient_bytes = 300;
+  p.units[1].forward_transient_bytes = 200;
+  p.units[1].recompute_bytes = 100;
+  p.units[1].recompute_ns = 50;
+  StatusOr<JointPlan> last = EvaluateJoint(p, {false, true});
+  ASSERT_EQ(last.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(last.status().message(), HasSubstr("while unit 1 runs, 630"));
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(R, K));
+  EXPECT_EQ(plan.peak_bytes, 600);
+  EXPECT_DOUBLE_EQ(plan.step_ns, 700);
+  EXPECT_DOUBLE_EQ(plan.recompute_ns, 100);
+}
+
+// Two units kept at 600 bytes: unit 1's backward holding 50 bytes of
+// temporaries needs 650.
+TEST(JointPlanTest, ABackwardTransientCountsInTheBackward) {
+  JointProblem p = Stack(2, 1.0, 600);
+  p.allow_recompute = false;
+  ASSERT_OK(EvaluateJoint(p, {false, false}).status());
+  p.units[1].backward_transient_bytes = 50;
+  StatusOr<JointPlan> plan = EvaluateJoint(p, {false, false});
+  ASSERT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("in the backward: while unit 1 runs, 650 bytes"));
+  p.budget = 650;
+  ASSERT_OK_AND_ASSIGN(JointPlan fits, EvaluateJoint(p, {false, false}));
+  EXPECT_EQ(fits.peak_bytes, 650);
+}
+
+// Budget 650, copies of 30 ns: unit 0 goes to host for unit 2 and, as in
+// CopiesThatHideAreFree, comes back while unit 1's backward runs (300 +
+// 300). With 340 bytes of temporaries in unit 1's backward (its peak 640)
+// it no longer fits there and comes back at its own backward, 700..730: a
+// 30 ns stall, step 930, peak 640. Recomputing instead fits nowhere: a
+// re-run beside unit 1's peak or unit 2's bytes exceeds 650.
+TEST(JointPlanTest, ABackwardTransientDelaysAReload) {
+  JointProblem p = Stack(3, 10.0, 650);
+  ASSERT_OK_AND_ASSIGN(JointPlan early, PlanJoint(p));
+  EXPECT_THAT(early.choice, ElementsAre(O, K, K));
+  EXPECT_DOUBLE_EQ(early.step_ns, 900);
+  EXPECT_EQ(early.peak_bytes, 600);
+  p.units[1].backward_transient_bytes = 340;
+  ASSERT_OK_AND_ASSIGN(JointPlan late, PlanJoint(p));
+  EXPECT_THAT(late.choice, ElementsAre(O, K, K));
+  EXPECT_DOUBLE_EQ(late.step_ns, 930);
+  EXPECT_DOUBLE_EQ(late.stall_ns, 30);
+  EXPECT_EQ(late.peak_bytes, 640);
+}
+
 TEST(JointPlanTest, NoPlanFitsIsAClearError) {
   JointProblem p = Stack(3, 1.0, 200);
   p.units[1].recomputable = false;
@@ -170,6 +275,36 @@ TEST(JointPlanTest, SmallestBudgetIsTheEdgeOfFeasibility) {
             StatusCode::kInvalidArgument);
 }
 
+// Two units of 100 bytes; unit 1's backward holds 99 more. Budgets 199
+// fit: unit 1's forward sends unit 0 to host, and its backward then holds
+// 100 + 99. From 200 on the forward keeps unit 0, and unit 1's backward
+// needs 299: 200..298 fit no plan. The least budget lies below that gap,
+// where a binary search over PlanJoint would not look.
+TEST(JointPlanTest, SmallestBudgetLooksBelowAGap) {
+  JointProblem p;
+  for (int i = 0; i < 2; ++i) {
+    UnitCost u;
+    u.saved_bytes = 100;
+    u.forward_ns = 100;
+    u.backward_ns = 200;
+    p.units.push_back(u);
+  }
+  p.units[1].backward_transient_bytes = 99;
+  p.d2h_gbps = p.h2d_gbps = 1.0;
+  for (int64_t budget : {198, 200, 298}) {
+    p.budget = budget;
+    EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted)
+        << budget;
+  }
+  for (int64_t budget : {199, 299}) {
+    p.budget = budget;
+    EXPECT_OK(PlanJoint(p).status()) << budget;
+  }
+  EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(199));
+  p.allow_offload = false;
+  EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(299));
+}
+
 TEST(JointPlanTest, MalformedProblemsAndChoicesAreRefused) {
   JointProblem p = Stack(2, 1.0, 600);
   p.units[1].input_bytes = 400;
@@ -186,6 +321,17 @@ TEST(JointPlanTest, MalformedProblemsAndChoicesAreRefused) {
             StatusCode::kInvalidArgument);
   p.units[0].backward_ns = -1;
   EXPECT_THAT(PlanJoint(p).status().message(), HasSubstr("unit 0: times"));
+  p = Stack(2, 1.0, 600);
+  p.units[1].forward_transient_bytes = -1;
+  EXPECT_THAT(PlanJoint(p),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 1: forward_transient_bytes must not "
+                                 "be negative, got -1")));
+  p.units[1].forward_transient_bytes = 0;
+  p.units[0].backward_transient_bytes = -5;
+  EXPECT_THAT(SmallestJointBudget(p),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: backward_transient_bytes")));
 }
 
 TEST(JointPlanTest, ValidationCatchesAPlanThatIsNotTheModels) {
@@ -231,19 +377,24 @@ TEST(JointPlanTest, ManyUnitsUseTheGreedySearch) {
   EXPECT_LT(joint.step_ns, checkpoint.step_ns);
 }
 
-rc::Gen<JointProblem> GenProblem() {
-  return rc::gen::exec([] {
+// Up to `most_units` units of up to `most_bytes` each; a budget up to all
+// their saved bytes and the largest transient.
+rc::Gen<JointProblem> GenProblem(int most_units = 7,
+                                 int64_t most_bytes = 1000) {
+  return rc::gen::exec([=] {
     JointProblem p;
-    const int n = *rc::gen::inRange(1, 8);
-    int64_t total = 0;
+    const int n = *rc::gen::inRange(1, most_units + 1);
+    int64_t total = 0, transient = 0;
     for (int i = 0; i < n; ++i) {
-      const UnitCost u = *GenUnitCost();
+      const UnitCost u = *GenUnitCost(most_bytes);
       total += u.saved_bytes;
+      transient = std::max({transient, u.forward_transient_bytes,
+                            u.backward_transient_bytes});
       p.units.push_back(u);
     }
     p.d2h_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
     p.h2d_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
-    p.budget = *rc::gen::inRange<int64_t>(1, total + 1);
+    p.budget = *rc::gen::inRange<int64_t>(1, total + transient + 1);
     return p;
   });
 }
@@ -280,6 +431,22 @@ RC_GTEST_PROP(JointPlanProperties, BestAmongAlternativesAndWithinBudget, ()) {
   double work = 0;
   for (const UnitCost& u : p.units) work += u.forward_ns + u.backward_ns;
   RC_ASSERT(plan->step_ns >= work);
+}
+
+// The smallest budget is the least at which PlanJoint succeeds, checked
+// against every budget below it (small units, so that is quick), and so
+// also below any gap where larger budgets fail.
+RC_GTEST_PROP(JointPlanProperties, SmallestBudgetIsTheLeastThatFits, ()) {
+  JointProblem p = *GenProblem(5, 40);
+  p.allow_offload = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
+  p.allow_recompute = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
+  StatusOr<int64_t> smallest = SmallestJointBudget(p);
+  RC_ASSERT(smallest.ok());
+  p.budget = *smallest;
+  RC_ASSERT(PlanJoint(p).ok());
+  for (p.budget = 1; p.budget < *smallest; ++p.budget) {
+    RC_ASSERT(PlanJoint(p).status().code() == StatusCode::kResourceExhausted);
+  }
 }
 
 }  // namespace

@@ -33,18 +33,26 @@ inline JointProblem Stack(int units, double gbps, int64_t budget) {
   return p;
 }
 
-// A random unit for the properties: up to 1000 bytes, times up to 2000 ns,
-// recomputable or not, input and re-created bytes within its saved bytes.
-inline rc::Gen<UnitCost> GenUnitCost() {
-  return rc::gen::exec([] {
+// A random unit for the properties: up to `most_bytes` saved bytes, times
+// up to 2000 ns, recomputable or not, input and re-created bytes within its
+// saved bytes; half of them hold transients of up to `most_bytes` in their
+// forward and backward.
+inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
+  return rc::gen::exec([most_bytes] {
     UnitCost u;
-    u.saved_bytes = *rc::gen::inRange<int64_t>(1, 1000);
+    u.saved_bytes = *rc::gen::inRange<int64_t>(1, most_bytes + 1);
     u.forward_ns = *rc::gen::inRange(0, 1000);
     u.backward_ns = *rc::gen::inRange(0, 2000);
     u.recomputable = *rc::gen::arbitrary<bool>();
     u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
     u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
     u.recompute_ns = *rc::gen::inRange(0, 1000);
+    if (*rc::gen::arbitrary<bool>()) {
+      u.forward_transient_bytes =
+          *rc::gen::inRange<int64_t>(0, most_bytes + 1);
+      u.backward_transient_bytes =
+          *rc::gen::inRange<int64_t>(0, most_bytes + 1);
+    }
     return u;
   });
 }

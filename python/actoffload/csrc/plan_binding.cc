@@ -21,7 +21,8 @@ namespace {
 namespace py = pybind11;
 
 // A unit from a dict with UnitCost's field names (missing ones are 0,
-// offloadable true).
+// offloadable true; forward_transient_bytes and backward_transient_bytes
+// are optional too).
 offload::UnitCost UnitOf(const py::dict& d) {
   auto get = [&](const char* key) -> py::object {
     return d.contains(key) ? d[key] : py::object(py::int_(0));
@@ -35,6 +36,8 @@ offload::UnitCost UnitOf(const py::dict& d) {
   u.recompute_ns = get("recompute_ns").cast<double>();
   u.recompute_bytes = get("recompute_bytes").cast<int64_t>();
   u.offloadable = d.contains("offloadable") ? d["offloadable"].cast<bool>() : true;
+  u.forward_transient_bytes = get("forward_transient_bytes").cast<int64_t>();
+  u.backward_transient_bytes = get("backward_transient_bytes").cast<int64_t>();
   return u;
 }
 
