@@ -13,12 +13,15 @@ torch.cuda.max_memory_allocated() above torch.cuda.memory_allocated()
 before the forward. Its life:
   1. Profile (the first iteration; nothing offloaded or recomputed): per
      unit, the bytes it leaves allocated (the allocator's own count before
-     and after its forward), its input's bytes, its forward and backward
-     times (CUDA events); the step's peak, and the allocation and peak as
-     the units' backward begins. What stays beside the units throughout
-     (embeddings' output, the head's gradients, the backward's temporaries)
-     comes off the budget; the head's transient at the forward's end (the
-     logits, the loss) is one more unit, never offloaded or recomputed.
+     and after its forward), its input's bytes, the peak of its forward and
+     of its backward above what the model already counts (its transients:
+     eager attention's scores, the gradients its backward computes), its
+     forward and backward times (CUDA events). What stays beside the units
+     throughout (embeddings' output, the head's gradients) comes off the
+     budget; the head's peak (the logits, the loss and their backward) is
+     one more unit, never offloaded or recomputed. To read each stretch's
+     peak, the profile iteration resets the allocator's peak counter at
+     unit boundaries: its own max_memory_allocated() is the last stretch's.
   2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -155,12 +158,29 @@ class JointBudget:
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None,
-            "profile": self.plan is None}
+            "profile": self.plan is None,
+            # The profile's peaks, per stretch of the step (the allocator's
+            # peak counter is read and reset at each unit's boundaries):
+            # each unit's forward, the head (from the last unit's forward's
+            # end to the units' backward), and each unit's backward.
+            "top": 0, "forward_peak": [0] * n, "head_peak": 0,
+            "bwd_allocated": [None] * n, "backward_peak": [0] * n, "last_bwd": None}
+
+    def _stretch_peak(self, r):
+        """In the profile: the peak (above the forward's start) since the
+        last boundary, and the counter reset for the next stretch."""
+        if not r["profile"]:
+            return 0
+        top = self.probe.peak() - r["base"]
+        self.probe.reset_peak()
+        r["top"] = max(r["top"], top)
+        return top
 
     def unit_begins(self, index, args, kwargs):
         r = self._record
         if r is None:
             return
+        self._stretch_peak(r)
         r["before"][index] = self.probe.allocated()
         tensor = _first_tensor(list(args) + list(kwargs.values()))
         r["input"][index] = _bytes(tensor) if tensor is not None else 0
@@ -172,23 +192,36 @@ class JointBudget:
             return
         r["fwd_end"][index] = self._clock.mark()
         r["after"][index] = self.probe.allocated()
+        r["forward_peak"][index] = self._stretch_peak(r)
         tensor = _common.first_grad_tensor(output)
         if tensor is not None:
             tensor.register_hook(_BackwardBegins(self, r, index))
 
     def backward_begins(self, record, index):
         record["bwd"][index] = self._clock.mark()
+        if record["profile"]:
+            top = self._stretch_peak(record)
+            if record["last_bwd"] is None:
+                record["head_peak"] = top
+            else:
+                record["backward_peak"][record["last_bwd"]] = top
+            record["last_bwd"] = index
+            record["bwd_allocated"][index] = self.probe.allocated() - record["base"]
         if record.get("queued"):
             return
         record["queued"] = True
-        record["bwd_allocated"] = self.probe.allocated()
-        record["bwd_peak"] = self.probe.peak() - record["base"]
         torch.autograd.Variable._execution_engine.queue_callback(
             lambda: self._pass_ended(record))
 
     def _pass_ended(self, record):
         record["end"] = self._clock.mark()
-        record["peak"] = self.probe.peak() - record["base"]
+        if record["profile"]:
+            top = self._stretch_peak(record)
+            if record["last_bwd"] is not None:
+                record["backward_peak"][record["last_bwd"]] = top
+            record["peak"] = record["top"]
+        else:
+            record["peak"] = self.probe.peak() - record["base"]
         self.peaks.append(record["peak"])
         if record["profile"]:
             self._make_profile(record)
@@ -208,34 +241,32 @@ class JointBudget:
                 bwd[i] = self._clock.ns(r["bwd"][i], nxt)
         known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
         ratio = sorted(known)[len(known) // 2] if known else 2.0
+        # Bytes above the forward's start. What stays beside the units
+        # throughout: what ran before them (embeddings) or, as their
+        # backward begins, the head's gradients. Each unit's transients are
+        # its stretch's peak above that and the units' saved bytes so far
+        # (unit i's forward and backward both see units 0..i); the head's
+        # (logits, loss and their backward) is one more unit, last, never
+        # offloaded or recomputed.
+        saved = [max(r["after"][i] - r["before"][i], 1) for i in range(n)]
+        so_far = [sum(saved[:i + 1]) for i in range(n)]
+        before = max(r["before"][0] - r["base"], 0)
+        at_backward = r["bwd_allocated"][n - 1]
+        at_backward = 0 if at_backward is None else max(at_backward - so_far[-1], 0)
+        outside = max(before, at_backward)
         units = []
         for i in range(n):
-            saved = max(r["after"][i] - r["before"][i], 1)
             units.append({
-                "saved_bytes": saved, "forward_ns": fwd[i],
+                "saved_bytes": saved[i], "forward_ns": fwd[i],
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-                "recomputable": True, "input_bytes": min(r["input"][i], saved),
-                "recompute_ns": fwd[i], "recompute_bytes": saved})
-        # The step beside the units, from the allocator's counters (bytes
-        # above the forward's start):
-        #   before - the units' forward: what runs before them (embeddings);
-        #   at_backward - as their backward begins (the head's gradients);
-        #   head - the head's transient at the forward's end (logits, the
-        #     loss), beside every unit's bytes: the peak up to the units'
-        #     backward less those bytes;
-        #   working - how far the units' backward's own temporaries (the
-        #     gradients it computes) take the peak above that.
-        saved = sum(u["saved_bytes"] for u in units)
-        before = max(r["before"][0] - r["base"], 0)
-        at_backward = max(r.get("bwd_allocated", r["base"]) - r["base"] - saved, 0)
-        forward_peak = r.get("bwd_peak", r["peak"])
-        working = max(r["peak"] - forward_peak, 0)
-        # The units get the budget less what stays beside them throughout
-        # (and the backward's temporaries); the head is one more unit, never
-        # offloaded or recomputed, holding the rest of its transient at the
-        # forward's end and nothing once the backward begins.
-        outside = max(before, at_backward) + working
-        head_bytes = max(forward_peak - saved - outside, 1)
+                "recomputable": True, "input_bytes": min(r["input"][i], saved[i]),
+                "recompute_ns": fwd[i], "recompute_bytes": saved[i],
+                "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
+                "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
+        # The engine's steps are the units' beginnings: the last unit cannot
+        # be released before its own backward (the head runs in between).
+        units[-1]["offloadable"] = False
+        head_bytes = max(r["head_peak"] - outside - so_far[-1], 1)
         head_ns = 0.0
         if r["fwd_end"][n - 1] is not None and r["bwd"][n - 1] is not None:
             head_ns = self._clock.ns(r["fwd_end"][n - 1], r["bwd"][n - 1])
@@ -243,7 +274,7 @@ class JointBudget:
                       "backward_ns": 0.0, "recomputable": False,
                       "offloadable": False})
         self.profile = {"units": units, "peak": r["peak"], "outside": outside,
-                        "head": head_bytes, "working": working}
+                        "head": head_bytes}
         budget = self.budget_bytes
         if budget is None:
             budget = int(self.budget_fraction * r["peak"])
@@ -352,19 +383,22 @@ class JointBudget:
         self._plan()
 
     def _first_units_recomputed(self, known):
+        """Checkpointing's own choice: the fewest first units recomputed
+        that the model says fit, with nothing offloaded and, where allowed,
+        with the rest planned jointly."""
         units = self.profile["units"]
         n = len(self.units)
         d2h, h2d = self.bandwidths
         found = []
-        for r in range(1, n + 1):
-            recompute = [i < r for i in range(n)] + [False] * (len(units) - n)
-            plan = _common.ext().evaluate_joint(units, d2h, h2d, self._units_budget,
-                                                recompute, self.allow_offload)
-            if plan is None:
-                continue
-            if all(plan["choice"] != c["choice"] for c in known + found):
-                found.append(plan)
-            if len(found) == 2 or r == n:
+        for offload in (False, True) if self.allow_offload else (False,):
+            for r in range(1, n + 1):
+                recompute = [i < r for i in range(n)] + [False] * (len(units) - n)
+                plan = _common.ext().evaluate_joint(units, d2h, h2d, self._units_budget,
+                                                    recompute, offload)
+                if plan is None:
+                    continue
+                if all(plan["choice"] != c["choice"] for c in known + found):
+                    found.append(plan)
                 break
         return found
 
@@ -435,9 +469,8 @@ class JointBudget:
         if self.plan is None:
             return ""
         return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} beside "
-                f"the units throughout ({self.profile['working']} of it the backward's "
-                f"temporaries), {self._units_budget} for them and the head (the last "
-                f"unit, {self.profile['head']} bytes at the forward's end)\n"
+                f"the units throughout, {self._units_budget} for them and the head "
+                f"(the last unit, {self.profile['head']} bytes at its peak)\n"
                 + self.plan["text"])
 
 

@@ -11,36 +11,69 @@ import torch
 import torch.nn.functional as F
 
 import actoffload
-from actoffload import budget
+from actoffload import _common, budget
 from models import assert_identical, train_step
 
 
 class ScriptedProbe:
+    """A device whose allocator the test scripts. Each unit's forward leaves
+    `unit_bytes` allocated until its backward has run; while the units'
+    backward runs, the step holds `outside` bytes more (a transient). Once
+    planned, a peak reads what the plan predicts, plus `over`."""
+
     def __init__(self, unit_bytes, outside):
         self.unit_bytes = unit_bytes
         self.outside = outside
-        self.over = 0  # added to the next peak readings
-        self.readings = 0
-        self.most = 0
-        self.ctx = None  # the OffloadActivations whose plan the device follows
+        self.over = 0
+        self.now = 0       # allocated
+        self.top = 0       # the peak since the last reset
+        self.held = []     # units whose bytes are allocated, forward order
+        self.in_backward = False
+        self.ctx = None    # the OffloadActivations whose plan the device follows
+
+    def watch(self, units):
+        for index, unit in enumerate(units):
+            unit.register_forward_hook(self._forward_ended(index))
+
+    def _forward_ended(self, index):
+        def hook(module, args, output):
+            if not torch.is_grad_enabled() or _common.in_backward():
+                return  # a recompute's re-run: its bytes are the backward's
+            self.now += self.unit_bytes
+            self.held.append(index)
+            self.top = max(self.top, self.now)
+            tensor = _common.first_grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(lambda grad: self._backward_begins(index))
+        return hook
+
+    def _backward_begins(self, index):
+        while self.held and self.held[-1] > index:  # their backward has run
+            self.held.pop()
+            self.now -= self.unit_bytes
+        if not self.in_backward:
+            self.in_backward = True
+            # Queued from a callback, so that it runs after every callback
+            # queued during the backward (the budget reads the step's end).
+            queue = torch.autograd.Variable._execution_engine.queue_callback
+            queue(lambda: queue(self._step_ended))
+
+    def _step_ended(self):
+        self.in_backward = False
+        self.now -= self.unit_bytes * len(self.held)
+        self.held = []
 
     def allocated(self):
-        # 0 at the forward's start, then unit k reads k units before its
-        # forward and k + 1 after.
-        r, self.readings = self.readings, self.readings + 1
-        value = 0 if r == 0 else ((r - 1) // 2 + (r - 1) % 2) * self.unit_bytes
-        self.most = max(self.most, value)
-        return value
+        return self.now
 
     def peak(self):
-        # Once planned, the device keeps what the plan predicts it keeps.
         joint = self.ctx.joint_budget if self.ctx is not None else None
         if joint is not None and joint.plan is not None:
-            return joint.plan["peak_bytes"] + self.outside + self.over
-        return self.most + self.outside + self.over
+            return joint.plan["peak_bytes"] + self.over
+        return max(self.top, self.now) + (self.outside if self.in_backward else 0) + self.over
 
     def reset_peak(self):
-        self.readings = self.most = 0
+        self.top = self.now
 
 
 class Attention(torch.nn.Module):
@@ -112,6 +145,7 @@ def make(model, budget_fraction, outside=UNIT, **kwargs):
         model, budget_fraction=budget_fraction, probe=probe, backend="sim",
         min_offload_size=1024, **kwargs)
     probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
     return ctx, probe
 
 
@@ -167,6 +201,7 @@ def test_a_budget_no_plan_fits_is_refused_once_naming_the_smallest():
     ctx = actoffload.OffloadActivations(model, budget_bytes=UNIT // 2, probe=probe,
                                         backend="sim", min_offload_size=1024)
     probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
     assert_identical(reference, seeded_step(model, x, ctx))  # the profile
     with pytest.raises(ValueError, match=r"smallest that fits is \d+ bytes"):
         seeded_step(model, x, ctx)
@@ -182,7 +217,9 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     seeded_step(model, x, ctx)  # the profile
     joint = ctx.joint_budget
     first_budget = joint._units_budget
-    probe.over = UNIT // 2  # every candidate's peak reads half a unit over
+    # Every candidate's peak reads at least half a unit over.
+    lowest = min(p["peak_bytes"] for p in [joint.plan] + joint.candidates)
+    probe.over = joint.budget_bytes - lowest + UNIT // 2
     rounds = 1 + len(joint.candidates)  # every candidate over: then lowered
     for _ in range(rounds * budget.RUNS_PER_CANDIDATE):
         seeded_step(model, x, ctx)
