@@ -163,6 +163,11 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     plan.peak_bytes = std::max(plan.peak_bytes, resident + own);
     resident += need[i];
   }
+  plan.released_during.assign(n, -1);
+  plan.reloaded_during.assign(n, -1);
+  for (int i = 0; i < n; ++i) {
+    for (const Release& r : release_during[i]) plan.released_during[r.unit] = i;
+  }
   for (int i = 0; i < n; ++i) {
     if (released[i]) {
       plan.choice[i] = UnitChoice::kOffload;
@@ -240,6 +245,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     }
     for (int s = slot; s <= slot_of(u); ++s) mem[s] += bytes;
     reload_slot[u] = slot;
+    plan.reloaded_during[u] = n - 1 - slot;
     first_slot = slot;
   }
   for (int s = 0; s < n; ++s) {

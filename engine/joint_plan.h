@@ -94,6 +94,12 @@ struct JointPlan {
   double recompute_ns = 0;   // forward re-run
   int64_t peak_bytes = 0;    // the most bytes on device at once, transients too
   int64_t offloaded_bytes = 0;
+  // Where the model moves each offloaded unit, -1 for the others: the unit
+  // during whose forward its device bytes are released (the first unit that
+  // needs the room), and the unit whose backward is running when its reload
+  // starts. A caller's schedule (SPEC §4.2) follows these.
+  std::vector<int> released_during;
+  std::vector<int> reloaded_during;
 
   bool Recompute(int unit) const {
     return choice[unit] == UnitChoice::kRecompute;

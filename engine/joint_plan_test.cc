@@ -42,6 +42,10 @@ TEST(JointPlanTest, CopiesThatHideAreFree) {
   EXPECT_DOUBLE_EQ(plan.stall_ns, 0);
   EXPECT_EQ(plan.peak_bytes, 600);
   EXPECT_EQ(plan.offloaded_bytes, 300);
+  // The schedule a caller follows: released for unit 2, reloaded while
+  // unit 1's backward runs; the kept units move nowhere.
+  EXPECT_THAT(plan.released_during, ElementsAre(2, -1, -1));
+  EXPECT_THAT(plan.reloaded_during, ElementsAre(1, -1, -1));
 }
 
 // 4 units, budget 630, copies of 300 ns (1 GB/s). A unit's bytes arrive
@@ -199,12 +203,14 @@ TEST(JointPlanTest, ABackwardTransientDelaysAReload) {
   EXPECT_THAT(early.choice, ElementsAre(O, K, K));
   EXPECT_DOUBLE_EQ(early.step_ns, 900);
   EXPECT_EQ(early.peak_bytes, 600);
+  EXPECT_THAT(early.reloaded_during, ElementsAre(1, -1, -1));
   p.units[1].backward_transient_bytes = 340;
   ASSERT_OK_AND_ASSIGN(JointPlan late, PlanJoint(p));
   EXPECT_THAT(late.choice, ElementsAre(O, K, K));
   EXPECT_DOUBLE_EQ(late.step_ns, 930);
   EXPECT_DOUBLE_EQ(late.stall_ns, 30);
   EXPECT_EQ(late.peak_bytes, 640);
+  EXPECT_THAT(late.reloaded_during, ElementsAre(0, -1, -1));  // its own
 }
 
 TEST(JointPlanTest, NoPlanFitsIsAClearError) {

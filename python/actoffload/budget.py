@@ -28,7 +28,8 @@ before the forward. Its life:
      smallest that fits) and the smallest is planned instead.
   3. Run: recomputed units run under torch.utils.checkpoint (non-reentrant,
      RNG state preserved); offloaded units are the engine's layers, with a
-     schedule table (SPEC §4.2) releasing them in forward order.
+     schedule table (SPEC §4.2) releasing and reloading them where the
+     plan's model does.
   4. Warm up: the joint plan and, as candidates, the recompute-only and
      offload-only plans for the same budget each run RUNS_PER_CANDIDATE
      times (the first allocates pinned buffers and does not count); the
@@ -79,21 +80,20 @@ def find_units(layers, granularity):
     return units
 
 
-def schedule_for(choice):
-    """The schedule table (SPEC §4.2) for the units the plan offloads: in
-    forward order, the j-th of m offloaded units of n is released when unit
-    n-m+j begins its forward (TE's default for k of n, and never before the
-    unit's own forward ends) and reloaded when the backward of unit
-    n-1-m+j begins (never after its own)."""
-    n = len(choice)
-    offloaded = [u for u, c in enumerate(choice) if c == "offload"]
-    m = len(offloaded)
+def schedule_for(plan, n):
+    """The schedule table (SPEC §4.2) of the n units' engine layers, as the
+    plan's model moves them: an offloaded unit is released when the unit
+    that needs its room begins its forward, and reloaded when the backward
+    of the unit the model reloads it beside begins. The head (the plan's
+    unit n) has no step of its own in the engine: a release the model makes
+    during it comes as the last unit begins (earlier), a reload during it
+    as the last unit's backward begins (later)."""
     table = {}
-    for j, unit in enumerate(offloaded):
-        release = min(max(n - m + j + 1, unit + 2), n)
-        if release <= unit + 1:
-            continue  # the last unit: releasing it frees nothing before its backward
-        reload = max(1, min(m - j + 1, n - unit))
+    for unit, choice in enumerate(plan["choice"][:n]):
+        if choice != "offload":
+            continue
+        release = min(plan["released_during"][unit] + 1, n)
+        reload = max(n - plan["reloaded_during"][unit], 1)
         table[unit] = (True, release, False, reload)
     return table
 
@@ -424,8 +424,7 @@ class JointBudget:
             return
         self.plan = plan
         self._retired.append(self.owner.offloader)
-        self.owner.offloader = self.make_loop(
-            schedule_for(plan["choice"][:len(self.units)]))
+        self.owner.offloader = self.make_loop(schedule_for(plan, len(self.units)))
 
     # --- recompute -------------------------------------------------------------
     def install(self):

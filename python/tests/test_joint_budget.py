@@ -348,14 +348,27 @@ def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan():
     assert "offload" in choice or "recompute" in choice, choice
 
 
-def test_schedule_releases_offloaded_units_in_forward_order():
-    # Two of five offloaded: released when units 3 and 4 begin (as TE's
-    # default for k = 2 of 5), reloaded as those units' backward begins.
-    choice = ["offload", "recompute", "offload", "keep", "keep"]
-    assert budget.schedule_for(choice) == {0: (True, 4, False, 3),
-                                           2: (True, 5, False, 2)}
-    # The last unit is never released before its own backward.
-    assert budget.schedule_for(["keep", "offload"]) == {}
+def test_the_schedule_moves_units_where_the_plans_model_does():
+    # Five 100-byte units and a 100-byte head, budget 400: the model releases
+    # unit 0 for unit 4 and unit 1 for the head; in the backward, units 2..4
+    # and the head hold 400, 300, 200 bytes as the head, unit 4 and unit 3
+    # run, so unit 1 comes back beside unit 4's backward and unit 0 beside
+    # unit 3's.
+    units = [{"saved_bytes": 100, "forward_ns": 100.0, "backward_ns": 200.0,
+              "recomputable": False, "input_bytes": 0, "recompute_ns": 0.0,
+              "recompute_bytes": 0} for _ in range(5)]
+    units[-1]["offloadable"] = False
+    units.append({"saved_bytes": 100, "forward_ns": 100.0, "backward_ns": 0.0,
+                  "recomputable": False, "offloadable": False})
+    plan = actoffload._common.ext().plan_joint(units, 1.0, 1.0, 400, True, False)
+    assert plan["choice"][:2] == ["offload", "offload"]
+    assert plan["released_during"][:2] == [4, 5]
+    assert plan["reloaded_during"][:2] == [3, 4]
+    # The engine's steps: unit 0 released as unit 4 begins, unit 1 as well
+    # (the head has no step of its own); reloads as the backward of unit 4
+    # (the first) and unit 3 (the second) begin.
+    assert budget.schedule_for(plan, 5) == {0: (True, 5, False, 2),
+                                            1: (True, 5, False, 1)}
 
 
 def test_budget_fraction_needs_a_probe_and_a_valid_fraction():

@@ -68,6 +68,8 @@ py::dict PlanDict(const offload::JointPlan& plan,
   out["recompute_ns"] = plan.recompute_ns;
   out["peak_bytes"] = plan.peak_bytes;
   out["offloaded_bytes"] = plan.offloaded_bytes;
+  out["released_during"] = plan.released_during;
+  out["reloaded_during"] = plan.reloaded_during;
   out["text"] = offload::FormatJointPlan(plan, p);
   return out;
 }
