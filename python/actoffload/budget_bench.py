@@ -108,9 +108,11 @@ def joint(model, ids, budget, granularity, steps, reference):
     r.update(plan=jb.plan["choice"], predicted=(jb.plan["step_ns"] + outside_ns) / 1e9,
              limit=None if limit is None else (limit + outside_ns) / 1e9,
              note=note, budget=jb.budget_bytes,
-             text=ctx.budget_plan() + "warm-up trials (measured step ms, peak MiB, plan): " +
-             ", ".join(f"({t / 1e6:.1f}, {p / 2**20:.0f}, {short_plan(q['choice'])})"
-                       for t, p, q in jb.trials))
+             text=ctx.budget_plan() + "warm-up trials (measured step ms / predicted, "
+             "peak MiB / predicted, plan): " + ", ".join(
+                 f"({t / 1e6:.1f}/{(q['step_ns'] + outside_ns) / 1e6:.1f}, {p / 2**20:.0f}/"
+                 f"{(q['peak_bytes'] + jb.profile['outside']) / 2**20:.0f}, "
+                 f"{short_plan(q['choice'])})" for t, p, q in jb._all_trials))
     del ctx
     return r
 
