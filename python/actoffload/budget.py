@@ -80,21 +80,25 @@ def find_units(layers, granularity):
     return units
 
 
-def schedule_for(plan, n):
-    """The schedule table (SPEC §4.2) of the n units' engine layers, as the
-    plan's model moves them: an offloaded unit is released when the unit
-    that needs its room begins its forward, and reloaded when the backward
-    of the unit the model reloads it beside begins. The head (the plan's
-    unit n) has no step of its own in the engine: a release the model makes
-    during it comes as the last unit begins (earlier), a reload during it
-    as the last unit's backward begins (later)."""
+def schedule_for(plan, index):
+    """The schedule table (SPEC §4.2) of the units' engine layers, as the
+    plan's model moves them; index[u] is unit u's place in the plan (glue
+    and the head are its other units). An offloaded unit is released when
+    the unit that needs its room begins its forward, and reloaded when the
+    backward of the unit the model reloads it beside begins. Glue and the
+    head have no steps of their own in the engine: a release the model
+    makes during them comes as the next unit begins (the last, for the
+    head), a reload as the backward of the unit before them begins."""
+    n = len(index)
     table = {}
-    for unit, choice in enumerate(plan["choice"][:n]):
-        if choice != "offload":
+    for unit, place in enumerate(index):
+        if plan["choice"][place] != "offload":
             continue
-        release = min(plan["released_during"][unit] + 1, n)
-        reload = max(n - plan["reloaded_during"][unit], 1)
-        table[unit] = (True, release, False, reload)
+        during = plan["released_during"][place]
+        release = next((u for u, q in enumerate(index) if q >= during), n - 1) + 1
+        during = plan["reloaded_during"][place]
+        beside = next((u for u in reversed(range(n)) if index[u] <= during), 0)
+        table[unit] = (True, min(release, n), False, max(n - beside, 1))
     return table
 
 
@@ -120,6 +124,7 @@ class JointBudget:
         self.peaks = []     # measured peak above the forward's start, per iteration
         self.refusal = None
         self._units_budget = None
+        self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
         self._wrappers = {}
         self._record = None  # this iteration's measurements while measuring
@@ -243,19 +248,28 @@ class JointBudget:
         ratio = sorted(known)[len(known) // 2] if known else 2.0
         # Bytes above the forward's start. What stays beside the units
         # throughout: what ran before them (embeddings) or, as their
-        # backward begins, the head's gradients. Each unit's transients are
-        # its stretch's peak above that and the units' saved bytes so far
-        # (unit i's forward and backward both see units 0..i); the head's
-        # (logits, loss and their backward) is one more unit, last, never
-        # offloaded or recomputed.
+        # backward begins, the head's gradients. What the code between two
+        # units leaves (norms, residual adds around blocks) is glue: one
+        # more unit there, never offloaded or recomputed. Each unit's
+        # transients are its stretch's peak above that and the bytes saved
+        # so far (unit i's forward and backward both see everything up to
+        # its own); the head's (logits, loss and their backward) is one more
+        # unit, last, never offloaded or recomputed.
         saved = [max(r["after"][i] - r["before"][i], 1) for i in range(n)]
-        so_far = [sum(saved[:i + 1]) for i in range(n)]
+        glue = [0] + [max(r["before"][i] - r["after"][i - 1], 0) for i in range(1, n)]
+        least_glue = sum(saved) // (100 * n)  # smaller glue is left out
+        so_far = [sum(saved[:i + 1]) + sum(g for g in glue[:i + 1] if g > least_glue)
+                  for i in range(n)]
         before = max(r["before"][0] - r["base"], 0)
         at_backward = r["bwd_allocated"][n - 1]
         at_backward = 0 if at_backward is None else max(at_backward - so_far[-1], 0)
         outside = max(before, at_backward)
-        units = []
+        units, self._index = [], []
         for i in range(n):
+            if glue[i] > least_glue:
+                units.append({"saved_bytes": glue[i], "forward_ns": 0.0, "backward_ns": 0.0,
+                              "recomputable": False, "offloadable": False})
+            self._index.append(len(units))
             units.append({
                 "saved_bytes": saved[i], "forward_ns": fwd[i],
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
@@ -392,7 +406,9 @@ class JointBudget:
         found = []
         for offload in (False, True) if self.allow_offload else (False,):
             for r in range(1, n + 1):
-                recompute = [i < r for i in range(n)] + [False] * (len(units) - n)
+                recompute = [False] * len(units)
+                for i in range(r):
+                    recompute[self._index[i]] = True
                 plan = _common.ext().evaluate_joint(units, d2h, h2d, self._units_budget,
                                                     recompute, offload)
                 if plan is None:
@@ -424,7 +440,11 @@ class JointBudget:
             return
         self.plan = plan
         self._retired.append(self.owner.offloader)
-        self.owner.offloader = self.make_loop(schedule_for(plan, len(self.units)))
+        self.owner.offloader = self.make_loop(schedule_for(plan, self._index))
+
+    def unit_choices(self, plan):
+        """The plan's choice for each unit (glue and the head left out)."""
+        return [plan["choice"][place] for place in self._index]
 
     # --- recompute -------------------------------------------------------------
     def install(self):
@@ -433,7 +453,7 @@ class JointBudget:
         module sees one forward per plan)."""
         if self.plan is None:
             return
-        for index, choice in enumerate(self.plan["choice"][:len(self.units)]):
+        for index, choice in enumerate(self.unit_choices(self.plan)):
             if choice == "recompute":
                 unit = self.units[index]
                 if index not in self._wrappers:

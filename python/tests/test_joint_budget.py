@@ -21,9 +21,11 @@ class ScriptedProbe:
     backward runs, the step holds `outside` bytes more (a transient). Once
     planned, a peak reads what the plan predicts, plus `over`."""
 
-    def __init__(self, unit_bytes, outside):
+    def __init__(self, unit_bytes, outside, glue=0):
         self.unit_bytes = unit_bytes
         self.outside = outside
+        self.glue = glue   # left allocated between two units' forwards
+        self.glued = 0
         self.over = 0
         self.now = 0       # allocated
         self.top = 0       # the peak since the last reset
@@ -34,6 +36,14 @@ class ScriptedProbe:
     def watch(self, units):
         for index, unit in enumerate(units):
             unit.register_forward_hook(self._forward_ended(index))
+            if index > 0:
+                unit.register_forward_pre_hook(self._glue)
+
+    def _glue(self, module, args):
+        if torch.is_grad_enabled() and not _common.in_backward():
+            self.now += self.glue
+            self.glued += self.glue
+            self.top = max(self.top, self.now)
 
     def _forward_ended(self, index):
         def hook(module, args, output):
@@ -60,8 +70,8 @@ class ScriptedProbe:
 
     def _step_ended(self):
         self.in_backward = False
-        self.now -= self.unit_bytes * len(self.held)
-        self.held = []
+        self.now -= self.unit_bytes * len(self.held) + self.glued
+        self.held, self.glued = [], 0
 
     def allocated(self):
         return self.now
@@ -191,6 +201,33 @@ def test_blocks_are_units_and_mixed_plans_stay_bit_identical():
     with pytest.raises(ValueError, match="granularity"):
         actoffload.OffloadActivations(model, budget_bytes=1 << 20, probe=ScriptedProbe(1, 1),
                                       granularity="op", backend="sim")
+
+
+def test_what_code_between_units_leaves_is_glue_the_plan_counts():
+    # Blocks leave norms and residual adds between them: glue, one more
+    # unit of the plan each, neither offloaded nor recomputed, and counted
+    # in the plan's peak.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    probe = ScriptedProbe(UNIT, outside=0, glue=UNIT // 2)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.6, probe=probe,
+                                        granularity="block", backend="sim",
+                                        min_offload_size=1024)
+    probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    joint = ctx.joint_budget
+    units = joint.profile["units"]
+    assert len(units) == 8 + 7 + 1  # blocks, glue between them, the head
+    glue = [u for i, u in enumerate(units[:-1]) if i not in joint._index]
+    assert [u["saved_bytes"] for u in glue] == [UNIT // 2] * 7
+    assert all(not u["offloadable"] and not u["recomputable"] for u in glue)
+    assert all(joint.plan["choice"][i] == "keep" for i in range(15) if i not in joint._index)
+    assert len(joint.unit_choices(joint.plan)) == 8
+    # Without the glue the plan would need 3.5 units less.
+    assert joint.plan["peak_bytes"] >= 7 * (UNIT // 2)
 
 
 def test_a_budget_no_plan_fits_is_refused_once_naming_the_smallest():
@@ -367,8 +404,16 @@ def test_the_schedule_moves_units_where_the_plans_model_does():
     # The engine's steps: unit 0 released as unit 4 begins, unit 1 as well
     # (the head has no step of its own); reloads as the backward of unit 4
     # (the first) and unit 3 (the second) begin.
-    assert budget.schedule_for(plan, 5) == {0: (True, 5, False, 2),
-                                            1: (True, 5, False, 1)}
+    assert budget.schedule_for(plan, [0, 1, 2, 3, 4]) == {0: (True, 5, False, 2),
+                                                          1: (True, 5, False, 1)}
+    # Glue (the plan's unit 1, between units 0 and 1) has no step either: a
+    # release during it comes as unit 1 begins, a reload during it as unit
+    # 0's backward begins.
+    glued = {"choice": ["offload", "keep", "offload", "keep", "keep", "keep"],
+             "released_during": [1, -1, 5, -1, -1, -1],
+             "reloaded_during": [1, -1, 5, -1, -1, -1]}
+    assert budget.schedule_for(glued, [0, 2, 3, 4]) == {0: (True, 2, False, 4),
+                                                        1: (True, 4, False, 1)}
 
 
 def test_budget_fraction_needs_a_probe_and_a_valid_fraction():
