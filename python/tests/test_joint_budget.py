@@ -422,3 +422,35 @@ def test_budget_fraction_needs_a_probe_and_a_valid_fraction():
         actoffload.OffloadActivations(model, budget_fraction=0.5, backend="sim")
     with pytest.raises(ValueError, match="budget_fraction"):
         actoffload.OffloadActivations(model, budget_fraction=1.5, backend="sim")
+
+
+def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
+    # The first plan that offloads measures what the model predicts with a
+    # quarter of the bandwidth: the bandwidth is fitted so that the model
+    # predicts what was measured, and the joint plan is made again with it.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, _ = make(model, 0.6)
+    seeded_step(model, x, ctx)  # the profile
+    joint = ctx.joint_budget
+    units = joint.profile["units"]
+    offloading = _common.ext().plan_joint(units, *joint.bandwidths, joint._units_budget,
+                                          True, False)
+    assert offloading["offloaded_bytes"] > 0
+    before = joint.bandwidths
+    recompute = [c == "recompute" for c in offloading["choice"]]
+    slow = _common.ext().evaluate_joint(units, before[0] / 4, before[1] / 4,
+                                        joint._units_budget, recompute, True)
+    assert slow["step_ns"] > offloading["step_ns"]
+    measured = slow["step_ns"] + joint.profile["outside_ns"]
+    joint._calibrate(measured, offloading)
+    assert joint._calibrated
+    assert joint.bandwidths[0] < before[0] and joint.bandwidths[1] < before[1]
+    again = _common.ext().evaluate_joint(units, *joint.bandwidths, joint._units_budget,
+                                         recompute, True)
+    target = measured - joint.profile["outside_ns"]
+    assert abs(again["step_ns"] - target) <= 0.01 * target
+    # A step no slower than predicted changes nothing.
+    joint._calibrated, after = False, joint.bandwidths
+    joint._calibrate(0.0, offloading)
+    assert joint.bandwidths == after
