@@ -288,12 +288,8 @@ class JointBudget:
         units.append({"saved_bytes": head_bytes, "forward_ns": head_ns,
                       "backward_ns": 0.0, "recomputable": False,
                       "offloadable": False})
-        # The step's time outside the units and the head (embeddings,
-        # the loss's first gradients), added to the model's step.
-        outside_ns = max(self._clock.ns(r["start"], r["end"]) -
-                         sum(u["forward_ns"] + u["backward_ns"] for u in units), 0.0)
         self.profile = {"units": units, "peak": r["peak"], "outside": outside,
-                        "head": head_bytes, "outside_ns": outside_ns}
+                        "head": head_bytes}
         budget = self.budget_bytes
         if budget is None:
             budget = int(self.budget_fraction * r["peak"])
@@ -413,7 +409,10 @@ class JointBudget:
         self._calibrated = True
         units = self.profile["units"]
         recompute = [c == "recompute" for c in plan["choice"]]
-        target = step_ns - self.profile["outside_ns"]
+        # The time outside the model's units: what plans without copies
+        # measured above their prediction (the least of them), else none.
+        plain = [t - q["step_ns"] for t, _, q in self._all_trials if q["offloaded_bytes"] == 0]
+        target = step_ns - max(min(plain, default=0.0), 0.0)
         d2h, h2d = self.bandwidths
 
         def predicted(scale):

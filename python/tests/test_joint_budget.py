@@ -442,14 +442,13 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
     slow = _common.ext().evaluate_joint(units, before[0] / 4, before[1] / 4,
                                         joint._units_budget, recompute, True)
     assert slow["step_ns"] > offloading["step_ns"]
-    measured = slow["step_ns"] + joint.profile["outside_ns"]
+    measured = slow["step_ns"]  # no trial without copies yet: nothing outside
     joint._calibrate(measured, offloading)
     assert joint._calibrated
     assert joint.bandwidths[0] < before[0] and joint.bandwidths[1] < before[1]
     again = _common.ext().evaluate_joint(units, *joint.bandwidths, joint._units_budget,
                                          recompute, True)
-    target = measured - joint.profile["outside_ns"]
-    assert abs(again["step_ns"] - target) <= 0.01 * target
+    assert abs(again["step_ns"] - measured) <= 0.01 * measured
     # A step no slower than predicted changes nothing.
     joint._calibrated, after = False, joint.bandwidths
     joint._calibrate(0.0, offloading)
