@@ -507,6 +507,15 @@ class JointBudget:
                 else:
                     unit.forward = own
 
+    def predicted_step(self, plan):
+        """The model's step for the plan's choice, in ns, with the copy
+        bandwidths in force (fitted after a plan that offloads ran)."""
+        d2h, h2d = self.bandwidths
+        again = _common.ext().evaluate_joint(
+            self.profile["units"], d2h, h2d, self._units_budget,
+            [c == "recompute" for c in plan["choice"]], True)
+        return plan["step_ns"] if again is None else again["step_ns"]
+
     def limit(self):
         """The plan's limit (_C.joint_limit, engine/joint_limit.h): the least
         step, in ns, any keep / offload / recompute choice of the same units

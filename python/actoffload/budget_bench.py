@@ -105,7 +105,7 @@ def joint(model, ids, budget, granularity, steps, reference):
     units_ns = sum(u["forward_ns"] + u["backward_ns"] for u in jb.profile["units"])
     outside_ns = reference["time"] * 1e9 - units_ns  # the step outside the units
     limit = jb.limit()
-    r.update(plan=jb.unit_choices(jb.plan), predicted=(jb.plan["step_ns"] + outside_ns) / 1e9,
+    r.update(plan=jb.unit_choices(jb.plan), predicted=(jb.predicted_step(jb.plan) + outside_ns) / 1e9,
              limit=None if limit is None else (limit + outside_ns) / 1e9,
              note=note, budget=jb.budget_bytes,
              text=ctx.budget_plan() + "warm-up trials (measured step ms / predicted, "

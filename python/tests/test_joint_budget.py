@@ -449,6 +449,7 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
     again = _common.ext().evaluate_joint(units, *joint.bandwidths, joint._units_budget,
                                          recompute, True)
     assert abs(again["step_ns"] - measured) <= 0.01 * measured
+    assert joint.predicted_step(offloading) == again["step_ns"]  # what the bench prints
     # A step no slower than predicted changes nothing.
     joint._calibrated, after = False, joint.bandwidths
     joint._calibrate(0.0, offloading)
