@@ -2,8 +2,10 @@
 without CUDA or transformers): LoRA adapters (peft), non-reentrant gradient
 checkpointing, bf16 autocast and a gradient penalty through
 autograd.grad(create_graph=True), each through TE's front door,
-OffloadActivations(layers=model, model=model) and torchtune's
-get_act_offloading_ctx_manager; loss and every gradient bit-identical to the
+OffloadActivations(layers=model, model=model), torchtune's
+get_act_offloading_ctx_manager and the memory budget
+(OffloadActivations(model, budget_fraction=0.5): its profile, every plan its
+warm-up races and the one it keeps); loss and every gradient bit-identical to the
 loop without the package on every step (eager attention, deterministic
 cuBLAS), and nothing left live after the step."""
 
@@ -66,13 +68,23 @@ def test_hugging_face_llama_loops_are_bit_identical(lora, ckpt, amp, penalty):
         ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=n)
         doors = {"te": (lambda: te_hooks(model, ctx, sync), ctx),
                  "oa": (None, actoffload.OffloadActivations(layers=model, model=model)),
-                 "tune": (None, actoffload.get_act_offloading_ctx_manager(model, True))}
+                 "tune": (None, actoffload.get_act_offloading_ctx_manager(model, True)),
+                 # The memory budget: its profile, warm-up race (offload,
+                 # recompute and mixed plans) and steady steps.
+                 "budget": (None, actoffload.OffloadActivations(model, budget_fraction=0.5))}
         for name, (wrap, door) in doors.items():
             wrap = wrap or (lambda door=door: door)
-            for _ in range(2):
+            joint = getattr(door, "joint_budget", None)
+            steps = 0
+            while steps < 2 or (joint is not None and joint.measuring and steps < 40):
+                steps += 1
                 loss, grads = step(model, ids, wrap, amp, penalty)
-                assert torch.equal(loss, reference[0]), name
+                assert torch.equal(loss, reference[0]), (name, steps)
                 assert len(grads) == len(reference[1])
-                assert all(torch.equal(a, b) for a, b in zip(grads, reference[1])), name
+                assert all(torch.equal(a, b) for a, b in zip(grads, reference[1])), (name, steps)
             assert door.offloader.live_iterations() == 0, name
+            if joint is not None:
+                assert not joint.measuring, joint.describe()
+                assert {c for t in joint._all_trials for c in t[2]["choice"]} > {"keep"}
+                assert all("forward" not in layer.__dict__ for layer in joint.units)
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
