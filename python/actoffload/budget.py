@@ -126,7 +126,9 @@ class JointBudget:
         self._units_budget = None
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
-        self._wrappers = {}
+        self._wrappers = {}   # unit index -> its _Checkpointed forward, once made
+        self._in_forward = False  # between the context's enter and exit
+        self._recomputing = set()  # units the last forward under the context recomputed
         self._record = None  # this iteration's measurements while measuring
         self._clock = None
         self.candidates = []  # plans still to run once in warm-up
@@ -486,26 +488,37 @@ class JointBudget:
     # --- recompute -------------------------------------------------------------
     def install(self):
         """At the context's enter: the recomputed units run under
-        checkpoint (the same wrapper object each time, so that a compiled
-        module sees one forward per plan)."""
+        checkpoint. A unit's wrapper, once made, stays its `forward` (the
+        same object each time, so that a compiled module sees one forward):
+        outside the context's forward it runs the unit's own forward, except
+        in a backward, where someone else's checkpoint around the unit (Hugging
+        Face's gradient checkpointing) re-runs what the forward ran; a
+        re-run must save what the forward saved, or that checkpoint refuses
+        it (CheckpointError)."""
         if self.plan is None:
             return
+        self._in_forward = True
+        self._recomputing = set()
         for index, choice in enumerate(self.unit_choices(self.plan)):
             if choice == "recompute":
+                self._recomputing.add(index)
                 unit = self.units[index]
                 if index not in self._wrappers:
-                    self._wrappers[index] = (unit.__dict__.get("forward"),
-                                             _checkpointed(unit.forward))
-                unit.forward = self._wrappers[index][1]
+                    self._wrappers[index] = _Checkpointed(self, index, unit.forward)
+                    unit.forward = self._wrappers[index]
 
     def uninstall(self):
-        for index, (own, wrapper) in self._wrappers.items():
-            unit = self.units[index]
-            if unit.__dict__.get("forward") is wrapper:
-                if own is None:
-                    del unit.forward
-                else:
-                    unit.forward = own
+        """At the context's exit: the units' wrappers run their own forwards
+        from now on, but for a re-run in the backward of this forward."""
+        self._in_forward = False
+
+    def checkpoints(self, index):
+        """Whether unit `index`'s wrapper runs it under checkpoint now: in
+        the context's forward, as the plan says; in a backward (an outer
+        checkpoint's re-run), as the last forward under the context did."""
+        if self._in_forward:
+            return index in self._recomputing
+        return _common.in_backward() and index in self._recomputing
 
     def predicted_step(self, plan):
         """The model's step for the plan's choice, in ns, with the copy
@@ -550,13 +563,19 @@ class _BackwardBegins:
         self.budget.backward_begins(self.record, self.index)
 
 
-def _checkpointed(forward):
-    def run(*args, **kwargs):
-        if not torch.is_grad_enabled():
-            return forward(*args, **kwargs)
+class _Checkpointed:
+    """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
+    RNG state preserved) around the unit's own forward, when the budget
+    says so (JointBudget.checkpoints)."""
+
+    def __init__(self, budget, index, forward):
+        self.budget, self.index, self.forward = budget, index, forward
+
+    def __call__(self, *args, **kwargs):
+        if not torch.is_grad_enabled() or not self.budget.checkpoints(self.index):
+            return self.forward(*args, **kwargs)
         return torch.utils.checkpoint.checkpoint(
-            forward, *args, use_reentrant=False, **kwargs)
-    return run
+            self.forward, *args, use_reentrant=False, **kwargs)
 
 
 def _first_tensor(items):

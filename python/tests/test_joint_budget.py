@@ -159,7 +159,7 @@ def make(model, budget_fraction, outside=UNIT, **kwargs):
     return ctx, probe
 
 
-def test_checkpoint_only_plan_recomputes_and_stays_bit_identical():
+def test_checkpoint_only_plan_recomputes_and_stays_bit_identical(monkeypatch):
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
@@ -169,8 +169,40 @@ def test_checkpoint_only_plan_recomputes_and_stays_bit_identical():
     choice = ctx.joint_budget.plan["choice"]
     assert "recompute" in choice and "offload" not in choice, choice
     assert ctx.budget_plan().count("recompute") >= choice.count("recompute")
-    # Outside the context the units run their own forwards again.
-    assert all("forward" not in layer.__dict__ for layer in model.layers)
+    # Outside the context the units run their own forwards, without
+    # checkpoint; inside, the plan's recomputed units run under it.
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint",
+                        lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    model(x).sum().backward()
+    assert calls == []
+    recomputed = ctx.joint_budget.unit_choices(ctx.joint_budget.plan).count("recompute")
+    with ctx:
+        out = model(x)
+    assert len(calls) == recomputed > 0
+    out.sum().backward()
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
+                    reason="torch < 2: no way to tell a re-run in the backward")
+def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran():
+    # Hugging Face's gradient checkpointing wraps each layer's call in a
+    # non-reentrant checkpoint; its re-run in the backward (after the
+    # context's exit) must save what the forward saved, or it refuses it.
+    class Checkpointed(Decoder):
+        def forward(self, x):
+            x = self.embed(x)
+            for layer in self.layers:
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
+            return self.head(x)
+    model = Checkpointed()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6, allow_offload=False)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert "recompute" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
 
 
 def test_offload_only_plan_offloads_on_the_simulated_gpu():
