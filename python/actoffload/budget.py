@@ -35,7 +35,9 @@ before the forward. Its life:
      times (the first allocates pinned buffers and does not count); the
      fastest whose peak fits is kept, and its peak is checked in the next
      CHECKED_ITERATIONS. Where none fits, the
-     units' share is lowered by the least excess and planned anew.
+     units' share is lowered by the least excess and planned anew. The
+     race is the engine's (_C.JointRace, engine/joint_race.h): this module
+     reports each measured step and peak and applies the plan it says.
 This module is glue: it measures and applies; the engine plans.
 """
 
@@ -51,6 +53,7 @@ from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F
 # Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
 _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
                 "feed_forward", "ffn")
+# The race's options (engine/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
 # RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
 # fits is kept, its peak checked and the plan lowered where it is over.
@@ -111,19 +114,19 @@ class JointBudget:
                  allow_offload, allow_recompute, bandwidths, make_loop):
         self.owner = owner
         self.units = units
-        self.budget_bytes = budget_bytes
+        self._budget_bytes = budget_bytes  # the race's, once it is made
         self.budget_fraction = budget_fraction
         self.probe = probe
         self.allow_offload = allow_offload
         self.allow_recompute = allow_recompute
-        self.bandwidths = bandwidths
+        self._bandwidths = bandwidths  # the race's, once it is made
         self.make_loop = make_loop
         self.iteration = 0  # forwards begun
         self.plan = None    # the engine's plan dict, once made
         self.profile = None
         self.peaks = []     # measured peak above the forward's start, per iteration
         self.refusal = None
-        self._units_budget = None
+        self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
         self._wrappers = {}   # unit index -> its _Checkpointed forward, once made
@@ -131,20 +134,63 @@ class JointBudget:
         self._recomputing = set()  # units the last forward under the context recomputed
         self._record = None  # this iteration's measurements while measuring
         self._clock = None
-        self.candidates = []  # plans still to run once in warm-up
-        self.trials = []      # (measured step ns, peak, plan) of those run
-        self._settled = False
-        self._runs = []  # (step, peak) of the plan in force's warm-up runs
-        self._all_trials = []  # every trial since the profile
-        self._smallest = None  # the least units' budget any plan fits
-        self._checks_left = 0
-        self._calibrated = False  # the copy bandwidth fitted to a measured step
+
+    # --- the race's state (engine/joint_race.h) --------------------------------
+    @property
+    def budget_bytes(self):
+        """The step's budget: the user's (or, with budget_fraction, set at
+        the profile); the smallest that fits after a refusal."""
+        return self._budget_bytes if self._race is None else self._race.budget
+
+    @property
+    def bandwidths(self):
+        """The copy bandwidths (GB/s to host, back): measured, then fitted
+        to the first plan that offloads."""
+        return self._bandwidths if self._race is None else self._race.bandwidths
+
+    @property
+    def _units_budget(self):
+        return None if self._race is None else self._race.units_budget
+
+    @property
+    def candidates(self):
+        """Plans still to run in warm-up."""
+        return [] if self._race is None else self._race.candidates
+
+    @property
+    def trials(self):
+        """(measured step ns, peak, plan) of the candidates run."""
+        return [] if self._race is None else self._race.trials
+
+    @property
+    def _all_trials(self):
+        """Every trial since the profile."""
+        return [] if self._race is None else self._race.all_trials
+
+    @property
+    def _settled(self):
+        return self._race is not None and self._race.settled
+
+    @property
+    def _calibrated(self):
+        return self._race is not None and self._race.calibrated
+
+    @_calibrated.setter
+    def _calibrated(self, value):
+        self._race.calibrated = value
+
+    def _calibrate(self, step_ns, plan):
+        """Fits the copy bandwidths to a measured step of `plan` (the race's
+        Calibrate); where they are lowered, the joint plan made with them
+        is raced first."""
+        self._race.calibrate(step_ns, plan["choice"])
 
     # --- the iteration's measurements ----------------------------------------
     @property
     def measuring(self):
-        return (self.iteration <= WARMUP_ITERATIONS + 1 and
-                (not self._settled or self._checks_left > 0))
+        if self._race is None:
+            return self.iteration <= WARMUP_ITERATIONS + 1
+        return self._race.measuring(self.iteration)
 
     def begin_forward(self):
         """At the context's enter: raises a refusal once (SPEC §7.8); starts
@@ -154,8 +200,8 @@ class JointBudget:
             raise ValueError(message)
         self.iteration += 1
         if not self.measuring:
-            if not self._settled and self._all_trials:
-                self._settle_on_best()  # the warm-up's end came mid-race
+            if self._race is not None and self._race.warm_up_ended(self.iteration):
+                self._apply(self._race.plan)  # the warm-up's end came mid-race
             self._record = None
             return
         if self._clock is None:
@@ -233,10 +279,13 @@ class JointBudget:
         self.peaks.append(record["peak"])
         if record["profile"]:
             self._make_profile(record)
-            self._plan()
+            self._start_race()
         elif self.plan is not None:
             step = self._clock.ns(record["start"], record["end"])
-            self._measured(step, record["peak"])
+            warning = self._race.measured(step, record["peak"])
+            if warning is not None:
+                warnings.warn(warning, stacklevel=2)
+            self._apply(self._race.plan)
 
     # --- profile, plan, calibration ---------------------------------------------
     def _make_profile(self, r):
@@ -292,186 +341,23 @@ class JointBudget:
                       "offloadable": False})
         self.profile = {"units": units, "peak": r["peak"], "outside": outside,
                         "head": head_bytes}
-        budget = self.budget_bytes
-        if budget is None:
-            budget = int(self.budget_fraction * r["peak"])
-            self.budget_bytes = budget
-        self._units_budget = int(budget * (1 - _MARGIN)) - outside
+        if self._budget_bytes is None:
+            self._budget_bytes = int(self.budget_fraction * r["peak"])
 
-    def _plan(self):
-        """Plans for the units' budget: the joint plan and, where allowed,
-        the recompute-only and offload-only plans as candidates (the model's
-        error is larger than their difference, often): each runs once in
-        warm-up and the fastest that fits is kept."""
-        units = self.profile["units"]
-        d2h, h2d = self.bandwidths
-        plan = None
-        if self._units_budget > 0:
-            plan = _common.ext().plan_joint(
-                units, d2h, h2d, self._units_budget, self.allow_offload,
-                self.allow_recompute)
-        if plan is not None:
-            candidates = [plan]
-            for offload, recompute in ((False, True), (True, False)):
-                if (offload and not self.allow_offload) or (
-                        recompute and not self.allow_recompute):
-                    continue
-                other = _common.ext().plan_joint(units, d2h, h2d, self._units_budget,
-                                                 offload, recompute)
-                if other is not None and all(other["choice"] != c["choice"]
-                                             for c in candidates):
-                    candidates.append(other)
-            # Checkpointing's own choice, recomputing the first r units (as
-            # many as the fewest the model needs, and one more): which units
-            # recompute changes what the backward holds beside a re-run,
-            # and the model knows only the bytes it measured.
-            if self.allow_recompute:
-                candidates += self._first_units_recomputed(candidates)
-            self.candidates = candidates[1:]
-            self.trials = []
-            self._apply(plan)
-            return
-        if plan is None:
-            smallest_units = _common.ext().smallest_joint_budget(
-                units, d2h, h2d, self.allow_offload, self.allow_recompute)
-            smallest = int((smallest_units + self.profile["outside"]) / (1 - _MARGIN)) + 1
-            if self.refusal is None and self.plan is None:
-                self.refusal = (
-                    f"actoffload: a budget of {self.budget_bytes} bytes cannot be kept "
-                    f"(the step needs {self.profile['outside']} bytes beside the "
-                    f"{len(self.units)} units and the head, and no keep/offload/recompute "
-                    f"plan of them fits the rest); the smallest that fits is {smallest} "
-                    f"bytes, planned for that instead")
-                self.budget_bytes = smallest
-            if self.plan is not None:
-                warnings.warn(
-                    f"actoffload: the measured peak exceeds the budget of "
-                    f"{self.budget_bytes} bytes and no plan of the units can lower "
-                    f"it further; planned for the smallest ({smallest} bytes)",
-                    stacklevel=2)
-            self._units_budget = smallest_units
-            plan = _common.ext().plan_joint(
-                units, d2h, h2d, smallest_units, self.allow_offload, self.allow_recompute)
-        self._apply(plan)
-
-    def _measured(self, step_ns, peak):
-        """A warm-up iteration of the plan in force ended: the next
-        candidate runs, or the fastest that fits is kept; a kept plan whose
-        peak is over the budget in one of its CHECKED_ITERATIONS is lowered
-        by the excess and planned anew."""
-        budget = self.budget_bytes
-        if self._settled:
-            self._checks_left -= 1
-            lowered = self._units_budget - (peak - budget) - int(budget * _MARGIN)
-            if peak > budget and lowered >= self._smallest_units():
-                self._settled = False
-                self._units_budget = lowered
-                self._plan()
-            return
-        self._runs.append((step_ns, peak))
-        if len(self._runs) < RUNS_PER_CANDIDATE:
-            return  # a plan's first run allocates its pinned buffers: run it again
-        runs, self._runs = self._runs[1:], []
-        self.trials.append((min(t for t, _ in runs), max(p for _, p in runs), self.plan))
-        self._all_trials.append(self.trials[-1])
-        if self.plan["offloaded_bytes"] > 0 and not self._calibrated:
-            self._calibrate(self.trials[-1][0], self.plan)
-        if self.candidates:
-            self._apply(self.candidates.pop(0))
-            return
-        fits = [t for t in self.trials if t[1] <= budget]
-        if fits:
-            best = min(fits, key=lambda t: t[0])
-            self._apply(best[2])
-            self._settled = True
-            self._checks_left = CHECKED_ITERATIONS
-            return
-        # Every candidate is over: the units get the least excess less; where
-        # no plan of the units fits that, the plan measured lowest is kept.
-        lowest = min(self.trials, key=lambda t: (t[1], t[0]))
-        lowered = self._units_budget - (lowest[1] - budget) - int(budget * _MARGIN)
-        if lowered < self._smallest_units():
-            lowest = min(self._all_trials, key=lambda t: (t[1], t[0]))
-            self._apply(lowest[2])
-            self._settled, self._checks_left = True, 0
-            warnings.warn(
-                f"actoffload: no plan keeps the budget of {budget} bytes as measured; "
-                f"keeping the one measured lowest ({lowest[1]} bytes)", stacklevel=2)
-            return
-        self._units_budget = lowered
-        self._plan()
-
-    def _calibrate(self, step_ns, plan):
-        """The copy bandwidth the step achieves, from the first plan that
-        offloads: the one (as a fraction of the measured pinned bandwidths,
-        1/16 to 1) at which the model predicts the step measured. Per-tensor
-        host work and copies slowed by the compute's own memory traffic make
-        it lower than a lone 64 MiB copy's. Where it is, the joint plan is
-        made again with it and raced first."""
-        self._calibrated = True
-        units = self.profile["units"]
-        recompute = [c == "recompute" for c in plan["choice"]]
-        # The time outside the model's units: what plans without copies
-        # measured above their prediction (the least of them), else none.
-        plain = [t - q["step_ns"] for t, _, q in self._all_trials if q["offloaded_bytes"] == 0]
-        target = step_ns - max(min(plain, default=0.0), 0.0)
-        d2h, h2d = self.bandwidths
-
-        def predicted(scale):
-            again = _common.ext().evaluate_joint(units, d2h * scale, h2d * scale,
-                                                 self._units_budget, recompute, True)
-            return float("inf") if again is None else again["step_ns"]
-        if predicted(1.0) >= target:
-            return
-        low, high = 1.0 / 16, 1.0
-        for _ in range(20):
-            middle = (low + high) / 2
-            low, high = (middle, high) if predicted(middle) > target else (low, middle)
-        self.bandwidths = (d2h * high, h2d * high)
-        again = _common.ext().plan_joint(units, *self.bandwidths, self._units_budget,
-                                         self.allow_offload, self.allow_recompute)
-        if again is not None and all(again["choice"] != t[2]["choice"]
-                                     for t in self._all_trials) and all(
-                again["choice"] != c["choice"] for c in self.candidates):
-            self.candidates.insert(0, again)
-
-    def _first_units_recomputed(self, known):
-        """Checkpointing's own choice: the fewest first units recomputed
-        that the model says fit, with nothing offloaded and, where allowed,
-        with the rest planned jointly."""
-        units = self.profile["units"]
-        n = len(self.units)
-        d2h, h2d = self.bandwidths
-        found = []
-        for offload in (False, True) if self.allow_offload else (False,):
-            for r in range(1, n + 1):
-                recompute = [False] * len(units)
-                for i in range(r):
-                    recompute[self._index[i]] = True
-                plan = _common.ext().evaluate_joint(units, d2h, h2d, self._units_budget,
-                                                    recompute, offload)
-                if plan is None:
-                    continue
-                if all(plan["choice"] != c["choice"] for c in known + found):
-                    found.append(plan)
-                break
-        return found
-
-    def _settle_on_best(self):
-        """The fastest plan measured within the budget, else the lowest."""
-        budget = self.budget_bytes
-        fits = [t for t in self._all_trials if t[1] <= budget]
-        best = (min(fits, key=lambda t: t[0]) if fits
-                else min(self._all_trials, key=lambda t: (t[1], t[0])))
-        self._apply(best[2])
-        self._settled, self._checks_left = True, 0
-
-    def _smallest_units(self):
-        if self._smallest is None:
-            d2h, h2d = self.bandwidths
-            self._smallest = _common.ext().smallest_joint_budget(
-                self.profile["units"], d2h, h2d, self.allow_offload, self.allow_recompute)
-        return self._smallest
+    def _start_race(self):
+        """The engine's race for the profile: its first plan applied (the
+        smallest that fits where the budget is refused: raised at the next
+        forward)."""
+        d2h, h2d = self._bandwidths
+        self._race = _common.ext().JointRace(
+            self.profile["units"], d2h, h2d, self._budget_bytes,
+            self.profile["outside"], self.allow_offload, self.allow_recompute,
+            self._index, runs_per_candidate=RUNS_PER_CANDIDATE,
+            checked_iterations=CHECKED_ITERATIONS,
+            warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN)
+        self._race.start()
+        self.refusal = self._race.refusal
+        self._apply(self._race.plan)
 
     def _apply(self, plan):
         if self.plan is not None and plan["choice"] == self.plan["choice"]:

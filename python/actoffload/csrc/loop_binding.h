@@ -16,8 +16,8 @@ namespace actoffload {
 // Adds actoffload._C.TrainingLoop, LoopRef and LoopHandle to `m`.
 void BindTrainingLoop(pybind11::module& m);
 
-// Adds actoffload._C.plan_joint, evaluate_joint, smallest_joint_budget and
-// joint_limit (plan_binding.cc).
+// Adds actoffload._C.plan_joint, evaluate_joint, smallest_joint_budget,
+// joint_limit and JointRace (plan_binding.cc).
 void BindJointPlan(pybind11::module& m);
 
 // The event of a ReadyEvent object (TE's start_offload).

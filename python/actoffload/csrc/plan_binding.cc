@@ -2,7 +2,8 @@
 // joint_limit: the engine's joint
 // keep / offload / recompute planner (engine/joint_plan.h, SPEC §4.8) for
 // the profile the package measures (actoffload/budget.py). One engine call
-// each; Python does not plan.
+// each; Python does not plan. actoffload._C.JointRace: the warm-up race
+// that picks the plan the budget mode keeps (engine/joint_race.h).
 
 #include <torch/extension.h>
 
@@ -12,6 +13,7 @@
 
 #include "engine/joint_limit.h"
 #include "engine/joint_plan.h"
+#include "engine/joint_race.h"
 #include "python/actoffload/csrc/loop_binding.h"
 #include "python/actoffload/csrc/session.h"
 
@@ -74,9 +76,118 @@ py::dict PlanDict(const offload::JointPlan& plan,
   return out;
 }
 
+// A plan of the race as PlanDict makes it, its text against the units'
+// budget it was made for.
+py::dict RaceDict(const offload::JointRace& race, const offload::RacePlan& p) {
+  offload::JointProblem problem;
+  problem.units = race.units();
+  problem.budget = p.budget;
+  return PlanDict(p.plan, problem);
+}
+
+// Trials as (step_ns, peak_bytes, plan dict), as budget.py read them.
+py::list TrialList(const offload::JointRace& race,
+                   const std::vector<offload::RaceTrial>& trials) {
+  py::list out;
+  for (const offload::RaceTrial& t : trials) {
+    out.append(
+        py::make_tuple(t.step_ns, t.peak_bytes, RaceDict(race, t.plan)));
+  }
+  return out;
+}
+
+py::object WarningOf(const offload::RaceStep& step) {
+  return step.warning.empty() ? py::object(py::none())
+                              : py::object(py::str(step.warning));
+}
+
+void BindJointRace(py::module& m) {
+  py::class_<offload::JointRace>(
+      m, "JointRace",
+      "JointRace (engine/joint_race.h): the warm-up race of the budget mode. "
+      "start() plans; measured(step_ns, peak) after each measured iteration "
+      "returns a warning (str) or None; `plan` is the plan to apply.")
+      .def(py::init([](const std::vector<py::dict>& units, double d2h_gbps,
+                       double h2d_gbps, int64_t budget, int64_t outside,
+                       bool allow_offload, bool allow_recompute,
+                       std::vector<int> index, int runs_per_candidate,
+                       int checked_iterations, int warmup_iterations,
+                       double margin) {
+             if (runs_per_candidate < 2) {
+               throw py::value_error("runs_per_candidate must be at least 2");
+             }
+             std::vector<offload::UnitCost> costs;
+             for (const py::dict& d : units) costs.push_back(UnitOf(d));
+             offload::JointRaceOptions options;
+             options.runs_per_candidate = runs_per_candidate;
+             options.checked_iterations = checked_iterations;
+             options.warmup_iterations = warmup_iterations;
+             options.margin = margin;
+             return std::make_unique<offload::JointRace>(
+                 std::move(costs), d2h_gbps, h2d_gbps, budget, outside,
+                 allow_offload, allow_recompute, std::move(index), options);
+           }),
+           py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
+           py::arg("budget"), py::arg("outside"), py::arg("allow_offload"),
+           py::arg("allow_recompute"), py::arg("index"),
+           py::arg("runs_per_candidate") = 3, py::arg("checked_iterations") = 4,
+           py::arg("warmup_iterations") = 24, py::arg("margin") = 0.01)
+      .def("start", [](offload::JointRace& r) { ThrowIfError(r.Start()); })
+      .def("measured",
+           [](offload::JointRace& r, double step_ns, int64_t peak_bytes) {
+             return WarningOf(r.Measured(step_ns, peak_bytes));
+           },
+           py::arg("step_ns"), py::arg("peak_bytes"))
+      .def("measuring", &offload::JointRace::Measuring, py::arg("iteration"))
+      .def("warm_up_ended", &offload::JointRace::WarmUpEnded,
+           py::arg("iteration"))
+      .def("settle_on_best", &offload::JointRace::SettleOnBest)
+      .def("calibrate",
+           [](offload::JointRace& r, double step_ns,
+              const std::vector<std::string>& choice) {
+             std::vector<bool> recompute;
+             for (const std::string& c : choice) {
+               recompute.push_back(c == "recompute");
+             }
+             r.Calibrate(step_ns, recompute);
+           },
+           py::arg("step_ns"), py::arg("choice"))
+      .def_property_readonly("plan",
+                             [](const offload::JointRace& r) {
+                               return RaceDict(r, r.race_plan());
+                             })
+      .def_property_readonly("budget", &offload::JointRace::budget)
+      .def_property_readonly("units_budget", &offload::JointRace::units_budget)
+      .def_property_readonly("bandwidths", [](const offload::JointRace& r) {
+        return py::make_tuple(r.d2h_gbps(), r.h2d_gbps());
+      })
+      .def_property_readonly("refusal", [](const offload::JointRace& r) {
+        return r.refusal().empty() ? py::object(py::none())
+                                   : py::object(py::str(r.refusal()));
+      })
+      .def_property_readonly("candidates", [](const offload::JointRace& r) {
+        py::list out;
+        for (const offload::RacePlan& p : r.candidates()) {
+          out.append(RaceDict(r, p));
+        }
+        return out;
+      })
+      .def_property_readonly("trials", [](const offload::JointRace& r) {
+        return TrialList(r, r.trials());
+      })
+      .def_property_readonly("all_trials", [](const offload::JointRace& r) {
+        return TrialList(r, r.all_trials());
+      })
+      .def_property_readonly("settled", &offload::JointRace::settled)
+      .def_property_readonly("checks_left", &offload::JointRace::checks_left)
+      .def_property("calibrated", &offload::JointRace::calibrated,
+                    &offload::JointRace::set_calibrated);
+}
+
 }  // namespace
 
 void BindJointPlan(py::module& m) {
+  BindJointRace(m);
   m.def(
       "plan_joint",
       [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,

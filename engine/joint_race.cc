@@ -1,0 +1,316 @@
+#include "engine/joint_race.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+namespace offload {
+namespace {
+
+bool SameChoice(const JointPlan& a, const JointPlan& b) {
+  return a.choice == b.choice;
+}
+
+bool ChoiceIn(const JointPlan& plan, const std::vector<RacePlan>& plans) {
+  return std::any_of(plans.begin(), plans.end(), [&](const RacePlan& p) {
+    return SameChoice(plan, p.plan);
+  });
+}
+
+bool ChoiceIn(const JointPlan& plan, const std::vector<RaceTrial>& trials) {
+  return std::any_of(trials.begin(), trials.end(), [&](const RaceTrial& t) {
+    return SameChoice(plan, t.plan.plan);
+  });
+}
+
+// The first trial with the least (peak, step).
+const RaceTrial& Lowest(const std::vector<RaceTrial>& trials) {
+  return *std::min_element(trials.begin(), trials.end(),
+                           [](const RaceTrial& a, const RaceTrial& b) {
+                             return std::make_pair(a.peak_bytes, a.step_ns) <
+                                    std::make_pair(b.peak_bytes, b.step_ns);
+                           });
+}
+
+// The first fastest trial within `budget`, or null.
+const RaceTrial* FastestFitting(const std::vector<RaceTrial>& trials,
+                                int64_t budget) {
+  const RaceTrial* best = nullptr;
+  for (const RaceTrial& t : trials) {
+    if (t.peak_bytes <= budget &&
+        (best == nullptr || t.step_ns < best->step_ns)) {
+      best = &t;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+JointRace::JointRace(std::vector<UnitCost> units, double d2h_gbps,
+                     double h2d_gbps, int64_t budget, int64_t outside,
+                     bool allow_offload, bool allow_recompute,
+                     std::vector<int> index, JointRaceOptions options)
+    : units_(std::move(units)),
+      index_(std::move(index)),
+      outside_(outside),
+      allow_offload_(allow_offload),
+      allow_recompute_(allow_recompute),
+      options_(options),
+      d2h_gbps_(d2h_gbps),
+      h2d_gbps_(h2d_gbps),
+      budget_(budget),
+      units_budget_(static_cast<int64_t>(budget * (1 - options.margin)) -
+                    outside) {}
+
+JointProblem JointRace::Problem(int64_t budget, bool offload,
+                                bool recompute) const {
+  JointProblem p;
+  p.units = units_;
+  p.d2h_gbps = d2h_gbps_;
+  p.h2d_gbps = h2d_gbps_;
+  p.budget = budget;
+  p.allow_offload = offload;
+  p.allow_recompute = recompute;
+  return p;
+}
+
+// Start validated the problem: a plan fails only where the budget does not
+// fit (or is not positive).
+std::optional<JointPlan> JointRace::PlanFor(int64_t budget, bool offload,
+                                            bool recompute) const {
+  if (budget <= 0) return std::nullopt;
+  StatusOr<JointPlan> plan = PlanJoint(Problem(budget, offload, recompute));
+  if (!plan.ok()) return std::nullopt;
+  return *std::move(plan);
+}
+
+Status JointRace::Start() {
+  OFFLOAD_RETURN_IF_ERROR(
+      ValidateJointProblem(Problem(1, allow_offload_, allow_recompute_)));
+  for (int place : index_) {
+    if (place < 0 || place >= static_cast<int>(units_.size())) {
+      return InvalidArgumentError("joint race: index " + std::to_string(place) +
+                                  " out of " + std::to_string(units_.size()) +
+                                  " units");
+    }
+  }
+  Replan();
+  return OkStatus();
+}
+
+RaceStep JointRace::Replan() {
+  RaceStep out;
+  std::optional<JointPlan> plan =
+      PlanFor(units_budget_, allow_offload_, allow_recompute_);
+  if (plan.has_value()) {
+    // The model's error is often larger than the candidates' difference:
+    // each runs and the fastest that fits is kept.
+    std::vector<RacePlan> candidates = {{*plan, units_budget_}};
+    for (auto [offload, recompute] :
+         {std::pair(false, true), std::pair(true, false)}) {
+      if ((offload && !allow_offload_) || (recompute && !allow_recompute_))
+        continue;
+      std::optional<JointPlan> other =
+          PlanFor(units_budget_, offload, recompute);
+      if (other.has_value() && !ChoiceIn(*other, candidates)) {
+        candidates.push_back({*other, units_budget_});
+      }
+    }
+    if (allow_recompute_) AddFirstUnitsRecomputed(&candidates);
+    candidates_.assign(candidates.begin() + 1, candidates.end());
+    trials_.clear();
+    Apply(candidates.front());
+    out.applied = true;
+    return out;
+  }
+  StatusOr<int64_t> least =
+      SmallestJointBudget(Problem(1, allow_offload_, allow_recompute_));
+  if (!least.ok()) return out;  // not for a validated problem
+  const int64_t smallest_units = *least;
+  const double with_margin =
+      static_cast<double>(smallest_units + outside_) / (1 - options_.margin);
+  const int64_t smallest = static_cast<int64_t>(with_margin) + 1;
+  if (refusal_.empty() && !has_plan_) {
+    refusal_ = "actoffload: a budget of " + std::to_string(budget_) +
+               " bytes cannot be kept (the step needs " +
+               std::to_string(outside_) + " bytes beside the " +
+               std::to_string(index_.size()) +
+               " units and the head, and no keep/offload/recompute plan of "
+               "them fits the rest); the smallest that fits is " +
+               std::to_string(smallest) + " bytes, planned for that instead";
+    budget_ = smallest;
+  }
+  if (has_plan_) {
+    out.warning = "actoffload: the measured peak exceeds the budget of " +
+                  std::to_string(budget_) +
+                  " bytes and no plan of the units can lower it further; "
+                  "planned for the smallest (" +
+                  std::to_string(smallest) + " bytes)";
+  }
+  units_budget_ = smallest_units;
+  plan = PlanFor(smallest_units, allow_offload_, allow_recompute_);
+  if (plan.has_value()) {
+    Apply({*plan, smallest_units});
+    out.applied = true;
+  }
+  return out;
+}
+
+// Checkpointing's own choice: the fewest first units recomputed that the
+// model says fit, with nothing offloaded and, where allowed, with the rest
+// planned jointly. Which units recompute changes what the backward holds
+// beside a re-run, and the model knows only the bytes it measured.
+void JointRace::AddFirstUnitsRecomputed(
+    std::vector<RacePlan>* candidates) const {
+  for (bool offload : {false, true}) {
+    if (offload && !allow_offload_) break;
+    const JointProblem p = Problem(units_budget_, offload, true);
+    for (size_t r = 1; r <= index_.size(); ++r) {
+      std::vector<bool> recompute(units_.size(), false);
+      for (size_t i = 0; i < r; ++i) recompute[index_[i]] = true;
+      StatusOr<JointPlan> plan = EvaluateJoint(p, recompute);
+      if (!plan.ok()) continue;
+      if (!ChoiceIn(*plan, *candidates)) {
+        candidates->push_back({*std::move(plan), units_budget_});
+      }
+      break;
+    }
+  }
+}
+
+int64_t JointRace::Lowered(int64_t peak) const {
+  return units_budget_ - (peak - budget_) -
+         static_cast<int64_t>(budget_ * options_.margin);
+}
+
+int64_t JointRace::SmallestUnits() {
+  if (!smallest_.has_value()) {
+    StatusOr<int64_t> least =
+        SmallestJointBudget(Problem(1, allow_offload_, allow_recompute_));
+    smallest_ = least.ok() ? *least : std::numeric_limits<int64_t>::max();
+  }
+  return *smallest_;
+}
+
+void JointRace::Apply(const RacePlan& plan) {
+  plan_ = plan;
+  has_plan_ = true;
+}
+
+RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
+  if (settled_) {  // a check of the kept plan
+    --checks_left_;
+    const int64_t lowered = Lowered(peak_bytes);
+    if (peak_bytes > budget_ && lowered >= SmallestUnits()) {
+      settled_ = false;
+      units_budget_ = lowered;
+      return Replan();
+    }
+    return {};
+  }
+  runs_.push_back({step_ns, peak_bytes});
+  if (static_cast<int>(runs_.size()) < options_.runs_per_candidate) {
+    return {};  // a plan's first run allocates its pinned buffers: run it again
+  }
+  RaceTrial trial{std::numeric_limits<double>::infinity(), 0, plan_};
+  for (size_t i = 1; i < runs_.size(); ++i) {
+    trial.step_ns = std::min(trial.step_ns, runs_[i].first);
+    trial.peak_bytes = std::max(trial.peak_bytes, runs_[i].second);
+  }
+  runs_.clear();
+  trials_.push_back(trial);
+  all_trials_.push_back(trial);
+  if (plan_.plan.offloaded_bytes > 0 && !calibrated_) {
+    std::vector<bool> recompute(plan_.plan.choice.size());
+    for (size_t i = 0; i < recompute.size(); ++i)
+      recompute[i] = plan_.plan.Recompute(i);
+    Calibrate(trial.step_ns, recompute);
+  }
+  RaceStep out;
+  if (!candidates_.empty()) {
+    Apply(candidates_.front());
+    candidates_.erase(candidates_.begin());
+    out.applied = true;
+    return out;
+  }
+  if (const RaceTrial* best = FastestFitting(trials_, budget_)) {
+    Apply(best->plan);
+    settled_ = true;
+    checks_left_ = options_.checked_iterations;
+    out.applied = true;
+    return out;
+  }
+  // Every candidate is over: the units get the least excess less; where no
+  // plan of the units fits that, the plan measured lowest is kept.
+  const int64_t lowered = Lowered(Lowest(trials_).peak_bytes);
+  if (lowered < SmallestUnits()) {
+    const RaceTrial& lowest = Lowest(all_trials_);
+    out.warning = "actoffload: no plan keeps the budget of " +
+                  std::to_string(budget_) +
+                  " bytes as measured; keeping the one measured lowest (" +
+                  std::to_string(lowest.peak_bytes) + " bytes)";
+    Apply(lowest.plan);
+    settled_ = true;
+    checks_left_ = 0;
+    out.applied = true;
+    return out;
+  }
+  units_budget_ = lowered;
+  return Replan();
+}
+
+bool JointRace::Measuring(int iteration) const {
+  return iteration <= options_.warmup_iterations + 1 &&
+         (!settled_ || checks_left_ > 0);
+}
+
+bool JointRace::WarmUpEnded(int iteration) {
+  if (Measuring(iteration) || settled_ || all_trials_.empty()) return false;
+  SettleOnBest();
+  return true;
+}
+
+void JointRace::SettleOnBest() {
+  const RaceTrial* best = FastestFitting(all_trials_, budget_);
+  Apply(best != nullptr ? best->plan : Lowest(all_trials_).plan);
+  settled_ = true;
+  checks_left_ = 0;
+}
+
+void JointRace::Calibrate(double step_ns, const std::vector<bool>& recompute) {
+  calibrated_ = true;
+  double outside_ns = std::numeric_limits<double>::infinity();
+  for (const RaceTrial& t : all_trials_) {
+    if (t.plan.plan.offloaded_bytes == 0) {
+      outside_ns = std::min(outside_ns, t.step_ns - t.plan.plan.step_ns);
+    }
+  }
+  if (outside_ns == std::numeric_limits<double>::infinity()) outside_ns = 0;
+  const double target = step_ns - std::max(outside_ns, 0.0);
+  const JointProblem base = Problem(units_budget_, true, true);
+  auto predicted = [&](double scale) {
+    JointProblem p = base;
+    p.d2h_gbps *= scale;
+    p.h2d_gbps *= scale;
+    StatusOr<JointPlan> again = EvaluateJoint(p, recompute);
+    return again.ok() ? again->step_ns
+                      : std::numeric_limits<double>::infinity();
+  };
+  if (predicted(1.0) >= target) return;
+  double low = 1.0 / 16, high = 1.0;
+  for (int round = 0; round < 20; ++round) {
+    const double middle = (low + high) / 2;
+    (predicted(middle) > target ? low : high) = middle;
+  }
+  d2h_gbps_ *= high;
+  h2d_gbps_ *= high;
+  std::optional<JointPlan> again =
+      PlanFor(units_budget_, allow_offload_, allow_recompute_);
+  if (again.has_value() && !ChoiceIn(*again, all_trials_) &&
+      !ChoiceIn(*again, candidates_)) {
+    candidates_.insert(candidates_.begin(), {*again, units_budget_});
+  }
+}
+
+}  // namespace offload

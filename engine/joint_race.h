@@ -1,0 +1,175 @@
+// The warm-up race of the PyTorch package's memory-budget mode (SPEC §4.8,
+// §7.8; python/actoffload/budget.py): which joint plan (engine/joint_plan.h)
+// a training loop keeps, from the steps and peaks it measures. Pure data
+// and functions of the planner: no backend, no clock. The caller profiles
+// the model's first iteration into units, applies the plan in force
+// (plan()) and reports each measured warm-up iteration (Measured).
+//
+// Its life:
+//  - Start: the joint plan for the units' budget (the budget less a margin
+//    and the bytes outside the units) and, as candidates, the
+//    recompute-only and offload-only plans and checkpointing's own choice
+//    (the fewest first units recomputed that fit). A budget no plan fits
+//    is refused (refusal(): the caller raises it once) and the smallest
+//    that fits is planned instead.
+//  - Race: each candidate runs runs_per_candidate times; the first run
+//    (pinned buffers allocated) does not count, the least step and the
+//    highest peak of the others are its trial. The first trial of a plan
+//    that offloads fits the copy bandwidths to its step (Calibrate). Then
+//    the fastest trial that fits the budget is kept, its peak checked in
+//    the next checked_iterations; where none fits, the units' budget is
+//    lowered by the least excess and planned anew; where it cannot be
+//    lowered below the smallest, the plan measured lowest is kept (with a
+//    warning).
+//  - A kept plan whose checked peak is over is lowered the same way and the
+//    race starts again. Once warmup_iterations are spent, a race still
+//    running keeps the best plan measured (WarmUpEnded).
+
+#ifndef OFFLOAD_ENGINE_JOINT_RACE_H_
+#define OFFLOAD_ENGINE_JOINT_RACE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/joint_plan.h"
+#include "engine/status.h"
+
+namespace offload {
+
+struct JointRaceOptions {
+  // Each candidate runs this often (at least 2: the first does not count).
+  int runs_per_candidate = 3;
+  // The kept plan's peak is checked in this many iterations after it.
+  int checked_iterations = 4;
+  // The most measured iterations after the profile (Measuring).
+  int warmup_iterations = 24;
+  // The plan leaves this share of the budget spare (allocator rounding).
+  double margin = 0.01;
+};
+
+// A plan the race made, with the units' budget it was made for.
+struct RacePlan {
+  JointPlan plan;
+  int64_t budget = 0;
+};
+
+// A candidate's runs, the first left out: the least step, the highest peak.
+struct RaceTrial {
+  double step_ns = 0;
+  int64_t peak_bytes = 0;
+  RacePlan plan;
+};
+
+// What a measured iteration changed.
+struct RaceStep {
+  bool applied = false;  // a plan was set in force: the caller applies plan()
+  std::string warning;   // not empty: for the caller to warn with
+};
+
+class JointRace {
+ public:
+  // `units`: the profile's units in forward order (glue and the head
+  // included); `index[u]`: the place in `units` of the caller's unit u (the
+  // ones it can offload or recompute); `budget`: the whole step's bytes;
+  // `outside`: the bytes beside the units throughout.
+  JointRace(std::vector<UnitCost> units, double d2h_gbps, double h2d_gbps,
+            int64_t budget, int64_t outside, bool allow_offload,
+            bool allow_recompute, std::vector<int> index,
+            JointRaceOptions options = {});
+
+  // Plans the first time: plan() is the plan to apply. Where no plan fits
+  // the units' budget, records refusal() and plans the smallest budget
+  // that fits instead (budget() becomes it).
+  // Errors: kInvalidArgument for a malformed problem
+  //   (ValidateJointProblem, the budget aside) or an index out of range.
+  // REQUIRES: called once, before any other method but the accessors.
+  Status Start();
+
+  // A measured iteration of plan() ended: its step and its peak above the
+  // forward's start. Sets the next candidate, the kept plan or a lowered
+  // one in force (applied) where the race says so.
+  // REQUIRES: Start() succeeded.
+  RaceStep Measured(double step_ns, int64_t peak_bytes);
+
+  // Whether iteration `iteration` (1 for the profile) is measured.
+  bool Measuring(int iteration) const;
+
+  // Where iteration `iteration` is no longer measured but the race has not
+  // settled, settles on the best plan measured (SettleOnBest) and returns
+  // true: the caller applies plan(). Else false.
+  bool WarmUpEnded(int iteration);
+
+  // Keeps the fastest plan measured within the budget, else the one
+  // measured lowest; no more checks.
+  // REQUIRES: a trial since Start (all_trials() not empty).
+  void SettleOnBest();
+
+  // Fits the copy bandwidths to a measured step of a plan that recomputes
+  // `recompute`: the fraction (1/16 to 1) of them at which the model
+  // predicts `step_ns` less the time outside the units (what plans without
+  // copies measured above their prediction, the least of them). Where the
+  // model predicted less than measured, lowers them and puts the joint plan
+  // made with them first among the candidates if its choice is new.
+  void Calibrate(double step_ns, const std::vector<bool>& recompute);
+
+  const JointPlan& plan() const { return plan_.plan; }
+  const RacePlan& race_plan() const { return plan_; }
+  int64_t budget() const { return budget_; }
+  int64_t units_budget() const { return units_budget_; }
+  int64_t outside() const { return outside_; }
+  double d2h_gbps() const { return d2h_gbps_; }
+  double h2d_gbps() const { return h2d_gbps_; }
+  const std::vector<UnitCost>& units() const { return units_; }
+  const std::string& refusal() const { return refusal_; }
+  const std::vector<RacePlan>& candidates() const { return candidates_; }
+  // The trials since the candidates were last planned, and since Start.
+  const std::vector<RaceTrial>& trials() const { return trials_; }
+  const std::vector<RaceTrial>& all_trials() const { return all_trials_; }
+  bool settled() const { return settled_; }
+  int checks_left() const { return checks_left_; }
+  bool calibrated() const { return calibrated_; }
+  // Whether Measured fits the bandwidths at the next plan that offloads.
+  void set_calibrated(bool calibrated) { calibrated_ = calibrated; }
+  const JointRaceOptions& options() const { return options_; }
+
+ private:
+  JointProblem Problem(int64_t budget, bool offload, bool recompute) const;
+  std::optional<JointPlan> PlanFor(int64_t budget, bool offload,
+                                   bool recompute) const;
+  // Plans the candidates for units_budget_ (the smallest where none fits)
+  // and sets the first in force; a warning where the race had a plan.
+  RaceStep Replan();
+  void AddFirstUnitsRecomputed(std::vector<RacePlan>* candidates) const;
+  // The units' budget less the excess of `peak` and the margin.
+  int64_t Lowered(int64_t peak) const;
+  int64_t SmallestUnits();
+  void Apply(const RacePlan& plan);
+
+  const std::vector<UnitCost> units_;
+  const std::vector<int> index_;
+  const int64_t outside_;
+  const bool allow_offload_;
+  const bool allow_recompute_;
+  const JointRaceOptions options_;
+  double d2h_gbps_;
+  double h2d_gbps_;
+  int64_t budget_;
+  int64_t units_budget_;
+  std::string refusal_;
+  bool has_plan_ = false;
+  RacePlan plan_;
+  std::vector<RacePlan> candidates_;
+  std::vector<std::pair<double, int64_t>> runs_;  // of the plan in force
+  std::vector<RaceTrial> trials_;
+  std::vector<RaceTrial> all_trials_;
+  bool settled_ = false;
+  int checks_left_ = 0;
+  bool calibrated_ = false;
+  std::optional<int64_t> smallest_;  // the least units' budget, once asked
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_JOINT_RACE_H_

@@ -1,0 +1,236 @@
+// The warm-up race (engine/joint_race.h) on stacks of identical units
+// (joint_problem_testing.h: 300 bytes each, forward 100 ns, backward
+// 200 ns), with steps and peaks scripted per candidate.
+
+#include "engine/joint_race.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/joint_plan.h"
+#include "engine/joint_problem_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// "OOKK": a plan's choices, one letter a unit.
+std::string Choices(const JointPlan& plan) {
+  std::string out;
+  for (UnitChoice c : plan.choice) {
+    out += c == UnitChoice::kKeep ? 'K' : c == UnitChoice::kOffload ? 'O' : 'R';
+  }
+  return out;
+}
+
+std::vector<bool> Recomputed(const JointPlan& plan) {
+  std::vector<bool> r(plan.choice.size());
+  for (size_t i = 0; i < r.size(); ++i) r[i] = plan.Recompute(i);
+  return r;
+}
+
+// Four units at `gbps`, nothing outside them, no margin unless given.
+JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
+                    double margin = 0) {
+  JointRaceOptions options;
+  options.margin = margin;
+  return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
+                   /*allow_offload=*/true, /*allow_recompute=*/true,
+                   {0, 1, 2, 3}, options);
+}
+
+// Runs the plan in force runs_per_candidate times: first a run of 1 ns and
+// no peak (one that would win every race, were it counted), then `step`
+// and `peak`. What the last run changed.
+RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
+  EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
+  RaceStep last;
+  for (int i = 1; i < race.options().runs_per_candidate; ++i) {
+    last = race.Measured(step, peak);
+  }
+  return last;
+}
+
+// Budget 700 for four 300-byte units at 1 B/ns: the joint plan and three
+// candidates (recompute-only, offload-only, the first unit recomputed).
+TEST(JointRaceTest, TheFastestCandidateThatFitsIsKeptAndChecked) {
+  JointRace race = FourUnits(1.0, 700);
+  ASSERT_OK(race.Start());
+  EXPECT_THAT(race.refusal(), IsEmpty());
+  ASSERT_EQ(race.candidates().size(), 3u);
+  // Steps and peaks per plan, in the order they run: the second is the
+  // fastest but over the budget; the third is the fastest that fits.
+  const double steps[] = {1500, 1100, 1200, 1300};
+  const int64_t peaks[] = {600, 800, 650, 600};
+  std::vector<std::string> ran;
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_TRUE(race.Measuring(2 + 3 * k));
+    ran.push_back(Choices(race.plan()));
+    EXPECT_TRUE(RunCandidate(race, steps[k], peaks[k]).applied);
+  }
+  ASSERT_EQ(race.trials().size(), 4u);
+  for (int k = 0; k < 4; ++k) {  // the first runs left out
+    EXPECT_EQ(race.trials()[k].step_ns, steps[k]);
+    EXPECT_EQ(race.trials()[k].peak_bytes, peaks[k]);
+    EXPECT_EQ(Choices(race.trials()[k].plan.plan), ran[k]);
+  }
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(Choices(race.plan()), ran[2]);
+  // Its peak is checked in the next 4 iterations, then nothing is measured.
+  for (int check = 0; check < 4; ++check) {
+    EXPECT_TRUE(race.Measuring(14 + check));
+    EXPECT_FALSE(race.Measured(1200, 650).applied);
+  }
+  EXPECT_FALSE(race.Measuring(18));
+  EXPECT_EQ(Choices(race.plan()), ran[2]);
+  EXPECT_FALSE(race.Measuring(26));  // past the warm-up anyway
+}
+
+// Budget 1000 with the 1% margin: the units get 990. Every candidate is
+// over, the least by 20 bytes: they get 990 - 20 - 10 = 960, planned anew.
+TEST(JointRaceTest, AllOverLowersTheUnitsByTheLeastExcess) {
+  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
+  ASSERT_OK(race.Start());
+  EXPECT_EQ(race.units_budget(), 990);
+  const int plans = 1 + race.candidates().size();
+  ASSERT_GE(plans, 2);
+  RaceStep last;
+  for (int k = 0; k < plans; ++k) {
+    last = RunCandidate(race, 1000 + k, k == plans - 1 ? 1020 : 1050 + k);
+  }
+  EXPECT_TRUE(last.applied);
+  EXPECT_THAT(last.warning, IsEmpty());
+  EXPECT_EQ(race.units_budget(), 960);
+  EXPECT_FALSE(race.settled());
+  EXPECT_TRUE(race.trials().empty());  // a new race
+  EXPECT_EQ(race.all_trials().size(), static_cast<size_t>(plans));
+  EXPECT_LE(race.plan().peak_bytes, 960);
+  EXPECT_EQ(race.race_plan().budget, 960);
+}
+
+// Far over whatever the plan: the units' budget cannot go below the
+// smallest (300), so the plan measured lowest is kept, with a warning.
+TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
+  JointRace race = FourUnits(1.0, 700);
+  ASSERT_OK(race.Start());
+  const int plans = 1 + race.candidates().size();
+  std::vector<std::string> ran;
+  RaceStep last;
+  for (int k = 0; k < plans; ++k) {
+    ran.push_back(Choices(race.plan()));
+    last = RunCandidate(race, 1000, k == 1 ? 9000 : 9500);
+  }
+  EXPECT_EQ(last.warning,
+            "actoffload: no plan keeps the budget of 700 bytes as measured; "
+            "keeping the one measured lowest (9000 bytes)");
+  EXPECT_TRUE(last.applied);
+  EXPECT_EQ(Choices(race.plan()), ran[1]);
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(race.checks_left(), 0);
+  EXPECT_FALSE(race.Measuring(plans * 3 + 2));
+  EXPECT_EQ(race.units_budget(), 700);
+}
+
+// A kept plan whose check reads 50 bytes over: 900 - 50 = 850, planned
+// anew, and the race runs again.
+TEST(JointRaceTest, AKeptPlanOverInItsCheckIsLoweredAndRacedAgain) {
+  JointRace race = FourUnits(1.0, 900);
+  ASSERT_OK(race.Start());
+  while (!race.settled()) RunCandidate(race, 1000, 800);
+  EXPECT_EQ(race.checks_left(), 4);
+  EXPECT_FALSE(race.Measured(1000, 900).applied);  // at the budget: fits
+  EXPECT_EQ(race.checks_left(), 3);
+  RaceStep over = race.Measured(1000, 950);
+  EXPECT_TRUE(over.applied);
+  EXPECT_EQ(race.units_budget(), 850);
+  EXPECT_FALSE(race.settled());
+  EXPECT_TRUE(race.Measuring(20));
+  EXPECT_LE(race.plan().peak_bytes, 850);
+  EXPECT_TRUE(race.trials().empty());
+}
+
+// The warm-up's iterations end while the third plan runs: of the two
+// measured, the one that fits is kept though the other was faster.
+TEST(JointRaceTest, TheWarmUpEndingMidRaceKeepsTheFastestThatFit) {
+  JointRace race = FourUnits(1.0, 700);
+  ASSERT_OK(race.Start());
+  const std::string first = Choices(race.plan());
+  RunCandidate(race, 1500, 600);
+  RunCandidate(race, 1100, 800);
+  race.Measured(1.0, 0);               // the third plan's first run
+  EXPECT_FALSE(race.WarmUpEnded(25));  // still measured
+  EXPECT_TRUE(race.WarmUpEnded(26));
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(Choices(race.plan()), first);
+  EXPECT_FALSE(race.Measuring(27));
+  EXPECT_FALSE(race.WarmUpEnded(27));  // once
+}
+
+// At 3 B/ns and budget 700 the joint plan offloads units 0 and 1. Its step
+// measures what the model predicts at 0.75 B/ns: the bandwidths are fitted
+// to about that, and the joint plan made with them (unit 1 recomputed
+// instead, a choice not raced yet) runs next.
+TEST(JointRaceTest, ASlowerMeasuredStepFitsTheBandwidthsAndPlansAgain) {
+  JointRace race = FourUnits(3.0, 700);
+  ASSERT_OK(race.Start());
+  ASSERT_EQ(Choices(race.plan()), "OOKK");
+  JointProblem slow = Stack(4, 0.75, race.units_budget());
+  ASSERT_OK_AND_ASSIGN(JointPlan predicted,
+                       EvaluateJoint(slow, Recomputed(race.plan())));
+  RaceStep step = RunCandidate(race, predicted.step_ns, 600);
+  EXPECT_TRUE(race.calibrated());
+  EXPECT_NEAR(race.d2h_gbps(), 0.75, 0.01);
+  EXPECT_NEAR(race.h2d_gbps(), 0.75, 0.01);
+  EXPECT_TRUE(step.applied);
+  EXPECT_EQ(Choices(race.plan()), "ORKK");
+  JointProblem fitted = Stack(4, race.d2h_gbps(), race.units_budget());
+  ASSERT_OK_AND_ASSIGN(
+      JointPlan again,
+      EvaluateJoint(fitted, Recomputed(race.all_trials()[0].plan.plan)));
+  EXPECT_NEAR(again.step_ns, predicted.step_ns, 0.01 * predicted.step_ns);
+  // Once only: the next plan that offloads changes nothing.
+  const size_t candidates = race.candidates().size();
+  RunCandidate(race, 1e9, 600);
+  EXPECT_EQ(race.d2h_gbps(), race.h2d_gbps());
+  EXPECT_NEAR(race.d2h_gbps(), 0.75, 0.01);
+  EXPECT_EQ(race.candidates().size(), candidates - 1);
+  // A step no slower than predicted changes nothing either.
+  const double fitted_gbps = race.d2h_gbps();
+  race.Calibrate(0.0, Recomputed(race.plan()));
+  EXPECT_EQ(race.d2h_gbps(), fitted_gbps);
+}
+
+// Budget 200 with 50 bytes outside and the 1% margin leaves the units 148;
+// the least any plan of them fits is 300 (SmallestJointBudget), so the
+// budget named is (300 + 50) / 0.99 + 1, rounded down.
+TEST(JointRaceTest, ABudgetNoPlanFitsIsRefusedNamingTheSmallest) {
+  JointRace race = FourUnits(1.0, 200, 50, 0.01);
+  ASSERT_OK(race.Start());
+  EXPECT_EQ(race.refusal(),
+            "actoffload: a budget of 200 bytes cannot be kept (the step needs "
+            "50 bytes beside the 4 units and the head, and no "
+            "keep/offload/recompute plan of them fits the rest); the smallest "
+            "that fits is 354 bytes, planned for that instead");
+  EXPECT_EQ(race.budget(), 354);
+  EXPECT_EQ(race.units_budget(), 300);
+  EXPECT_LE(race.plan().peak_bytes, 300);
+  EXPECT_TRUE(race.candidates().empty());
+}
+
+TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {
+  JointRace race(Stack(2, 1.0, 1).units, 1.0, 1.0, 600, 0, true, true, {0, 2});
+  EXPECT_THAT(race.Start(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("index 2")));
+  JointRace no_bandwidth(Stack(2, 1.0, 1).units, 0, 0, 600, 0, true, true,
+                         {0, 1});
+  EXPECT_THAT(no_bandwidth.Start(), StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace offload
