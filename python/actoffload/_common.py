@@ -143,6 +143,15 @@ def check_stream(session):
             "the stream the model runs on")
 
 
+def eagerly(hook):
+    """The hook, run outside torch.compile's graphs (torch >= 2): a module
+    compiled with `module.compile()` traces its hooks, and what the budget
+    measures (the allocator's counters, CUDA events) must happen when the
+    hook runs, not when a graph is traced."""
+    dynamo = getattr(torch, "_dynamo", None)
+    return dynamo.disable(hook) if dynamo is not None else hook
+
+
 def in_backward():
     """Whether autograd's engine is running a backward pass on this thread
     (a checkpoint's recompute runs forwards there: they are not offloaded)."""

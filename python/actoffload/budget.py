@@ -277,6 +277,13 @@ class JointBudget:
         else:
             record["peak"] = self.probe.peak() - record["base"]
         self.peaks.append(record["peak"])
+        missing = [i for i, end in enumerate(record["fwd_end"]) if end is None]
+        if record["profile"] and missing:
+            # A unit that did not run (a skipped layer) has nothing to plan
+            # with: the next iteration profiles again.
+            warnings.warn(f"actoffload: unit {missing[0]} did not run in the profile "
+                          f"iteration's forward; profiling again", stacklevel=2)
+            return
         if record["profile"]:
             self._make_profile(record)
             self._start_race()
@@ -325,7 +332,8 @@ class JointBudget:
             units.append({
                 "saved_bytes": saved[i], "forward_ns": fwd[i],
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-                "recomputable": True, "input_bytes": min(r["input"][i], saved[i]),
+                "recomputable": not _compiled(self.units[i]),
+                "input_bytes": min(r["input"][i], saved[i]),
                 "recompute_ns": fwd[i], "recompute_bytes": saved[i],
                 "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
                 "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
@@ -447,6 +455,14 @@ class _BackwardBegins:
 
     def __call__(self, grad):
         self.budget.backward_begins(self.record, self.index)
+
+
+def _compiled(unit):
+    """Whether `unit.compile()` compiled it. Such a unit is kept or
+    offloaded, never recomputed: torch.utils.checkpoint around its forward
+    saves a different set of tensors when the compiled forward runs than
+    when the backward re-runs it, and refuses the re-run."""
+    return getattr(unit, "_compiled_call_impl", None) is not None
 
 
 class _Checkpointed:

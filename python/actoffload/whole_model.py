@@ -170,7 +170,7 @@ class OffloadActivations:
             if self._joint is not None:
                 self._joint.unit_begins(index, args, kwargs or {})
             return None
-        return hook
+        return _common.eagerly(hook) if self._joint is not None else hook
 
     def _post_hook(self, index):
         def hook(module, args, output):
@@ -184,7 +184,7 @@ class OffloadActivations:
             if ref is not None:
                 _common.mark_layer_end(self.offloader, ref, layer, output)
             return None  # the output stays the very object the layer returned
-        return hook
+        return _common.eagerly(hook) if self._joint is not None else hook
 
     # --- context ---------------------------------------------------------------
     def __enter__(self):

@@ -486,3 +486,38 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
     joint._calibrated, after = False, joint.bandwidths
     joint._calibrate(0.0, offloading)
     assert joint.bandwidths == after
+
+
+def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
+    # A layer skipped in the first iteration (a conditional layer, a skipped
+    # batch's early exit) leaves nothing to plan with: warned, profiled again.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6)
+    class Skip(torch.nn.Module):
+        def forward(self, h):
+            return (h,)
+    skipped, model.layers[3] = model.layers[3], Skip()  # its hooks do not run
+    with pytest.warns(UserWarning, match="unit 3 did not run"):
+        seeded_step(model, x, ctx)
+    model.layers[3] = skipped
+    assert ctx.joint_budget.plan is None
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget.plan is not None
+
+
+def test_compiled_units_are_kept_or_offloaded_never_recomputed():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    for layer in model.layers:  # what nn.Module.compile() leaves (torch >= 2)
+        layer._compiled_call_impl = layer.forward
+    ctx, _ = make(model, 0.6)
+    for _ in range(6):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    joint = ctx.joint_budget
+    assert not any(u.get("recomputable") for u in joint.profile["units"])
+    assert "offload" in joint.unit_choices(joint.plan)
+    assert all("recompute" not in t[2]["choice"] for t in joint._all_trials)
