@@ -388,7 +388,14 @@ class JointBudget:
         in a backward, where someone else's checkpoint around the unit (Hugging
         Face's gradient checkpointing) re-runs what the forward ran; a
         re-run must save what the forward saved, or that checkpoint refuses
-        it (CheckpointError)."""
+        it (CheckpointError). Another budget's wrappers on the same units
+        (an earlier OffloadActivations of the model) are taken off first:
+        only the budget in use decides how its units run."""
+        for index, unit in enumerate(self.units):
+            current = unit.__dict__.get("forward")
+            if isinstance(current, _Checkpointed) and current.budget is not self:
+                _restore_forward(unit)
+                self._wrappers.pop(index, None)
         if self.plan is None:
             return
         self._in_forward = True
@@ -397,7 +404,7 @@ class JointBudget:
             if choice == "recompute":
                 self._recomputing.add(index)
                 unit = self.units[index]
-                if index not in self._wrappers:
+                if unit.__dict__.get("forward") is not self._wrappers.get(index, False):
                     self._wrappers[index] = _Checkpointed(self, index, unit.forward)
                     unit.forward = self._wrappers[index]
 
@@ -463,6 +470,19 @@ def _compiled(unit):
     saves a different set of tensors when the compiled forward runs than
     when the backward re-runs it, and refuses the re-run."""
     return getattr(unit, "_compiled_call_impl", None) is not None
+
+
+def _restore_forward(unit):
+    """Takes the budgets' wrappers off `unit`: its forward is again what it
+    was before the first (its class's, or what the caller had set)."""
+    own = unit.__dict__.get("forward")
+    while isinstance(own, _Checkpointed):
+        own = own.forward
+    if getattr(own, "__self__", None) is unit and \
+            getattr(own, "__func__", None) is type(unit).forward:
+        del unit.forward
+    else:
+        unit.forward = own
 
 
 class _Checkpointed:

@@ -524,3 +524,27 @@ def test_compiled_units_are_kept_or_offloaded_never_recomputed():
     assert not any(u.get("recomputable") for u in joint.profile["units"])
     assert "offload" in joint.unit_choices(joint.plan)
     assert all("recompute" not in t[2]["choice"] for t in joint._all_trials)
+
+
+def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():
+    # A loop that replaces its OffloadActivations (a new budget, the bench's
+    # sweep): only the budget in use decides how the units run, and a unit
+    # is never wrapped twice.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    first, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, first))
+    assert "recompute" in first.joint_budget.unit_choices(first.joint_budget.plan)
+    second, _ = make(model, 0.7, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, second))
+    for layer in model.layers:
+        wrapper = layer.__dict__.get("forward")
+        assert wrapper is None or (wrapper.budget is second.joint_budget and
+                                   not isinstance(wrapper.forward, type(wrapper)))
+    for _ in range(2):  # the first again: its wrappers back on, the second's off
+        assert_identical(reference, seeded_step(model, x, first))
+    assert all(getattr(layer.__dict__.get("forward"), "budget", first.joint_budget)
+               is first.joint_budget for layer in model.layers)
