@@ -131,7 +131,7 @@ class JointBudget:
         self._retired = []  # loops whose graphs may still be alive
         self._wrappers = {}   # unit index -> its _Checkpointed forward, once made
         self._in_forward = False  # between the context's enter and exit
-        self._recomputing = set()  # units the last forward under the context recomputed
+        self._recomputing = set()  # units the plan in force recomputes
         self._record = None  # this iteration's measurements while measuring
         self._clock = None
 
@@ -414,12 +414,9 @@ class JointBudget:
         self._in_forward = False
 
     def checkpoints(self, index):
-        """Whether unit `index`'s wrapper runs it under checkpoint now: in
-        the context's forward, as the plan says; in a backward (an outer
-        checkpoint's re-run), as the last forward under the context did."""
-        if self._in_forward:
-            return index in self._recomputing
-        return _common.in_backward() and index in self._recomputing
+        """Whether unit `index` runs under checkpoint in the context's
+        forward now: as the plan says."""
+        return self._in_forward and index in self._recomputing
 
     def predicted_step(self, plan):
         """The model's step for the plan's choice, in ns, with the copy
@@ -487,14 +484,21 @@ def _restore_forward(unit):
 
 class _Checkpointed:
     """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
-    RNG state preserved) around the unit's own forward, when the budget
-    says so (JointBudget.checkpoints)."""
+    RNG state preserved) around the unit's own forward where its budget says
+    so (JointBudget.checkpoints) and, in a backward, where the forward it
+    re-runs did (an outer checkpoint's re-run must save what the forward
+    saved); the unit's own forward elsewhere."""
 
     def __init__(self, budget, index, forward):
         self.budget, self.index, self.forward = budget, index, forward
+        self.checkpointed = False  # what its last forward (with grad) did
 
     def __call__(self, *args, **kwargs):
-        if not torch.is_grad_enabled() or not self.budget.checkpoints(self.index):
+        if not torch.is_grad_enabled():
+            return self.forward(*args, **kwargs)
+        if not _common.in_backward():
+            self.checkpointed = self.budget.checkpoints(self.index)
+        if not self.checkpointed:
             return self.forward(*args, **kwargs)
         return torch.utils.checkpoint.checkpoint(
             self.forward, *args, use_reentrant=False, **kwargs)

@@ -548,3 +548,23 @@ def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():
         assert_identical(reference, seeded_step(model, x, first))
     assert all(getattr(layer.__dict__.get("forward"), "budget", first.joint_budget)
                is first.joint_budget for layer in model.layers)
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
+                    reason="torch < 2: no way to tell a re-run in the backward")
+def test_a_layer_budget_after_a_block_budget_reruns_blocks_as_they_ran():
+    # A block budget's wrappers stay on the attention and MLP modules; a layer
+    # budget's recompute re-runs them inside the layer in its backward. They
+    # must run there as they ran in that forward (plainly), not as their
+    # own budget last planned, or the layer's checkpoint refuses the re-run.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    blocks, _ = make(model, 0.5, granularity="block", allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, blocks))
+    assert "recompute" in blocks.joint_budget.unit_choices(blocks.joint_budget.plan)
+    layers, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, layers))
+    assert "recompute" in layers.joint_budget.unit_choices(layers.joint_budget.plan)
