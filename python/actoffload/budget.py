@@ -44,9 +44,8 @@ This module is glue: it measures and applies; the engine plans.
 import warnings
 
 import torch
-import torch.utils.checkpoint
 
-from . import _common
+from . import _common, recompute
 from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
 # Names of the attention and MLP blocks inside a decoder layer (Hugging Face
@@ -129,7 +128,7 @@ class JointBudget:
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
-        self._wrappers = {}   # unit index -> its _Checkpointed forward, once made
+        self._wrappers = {}   # unit index -> its recompute.Checkpointed forward
         self._in_forward = False  # between the context's enter and exit
         self._recomputing = set()  # units the plan in force recomputes
         self._record = None  # this iteration's measurements while measuring
@@ -332,7 +331,7 @@ class JointBudget:
             units.append({
                 "saved_bytes": saved[i], "forward_ns": fwd[i],
                 "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-                "recomputable": not _compiled(self.units[i]),
+                "recomputable": not recompute.compiled(self.units[i]),
                 "input_bytes": min(r["input"][i], saved[i]),
                 "recompute_ns": fwd[i], "recompute_bytes": saved[i],
                 "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
@@ -393,8 +392,8 @@ class JointBudget:
         only the budget in use decides how its units run."""
         for index, unit in enumerate(self.units):
             current = unit.__dict__.get("forward")
-            if isinstance(current, _Checkpointed) and current.budget is not self:
-                _restore_forward(unit)
+            if isinstance(current, recompute.Checkpointed) and current.budget is not self:
+                recompute.restore_forward(unit)
                 self._wrappers.pop(index, None)
         if self.plan is None:
             return
@@ -405,7 +404,7 @@ class JointBudget:
                 self._recomputing.add(index)
                 unit = self.units[index]
                 if unit.__dict__.get("forward") is not self._wrappers.get(index, False):
-                    self._wrappers[index] = _Checkpointed(self, index, unit.forward)
+                    self._wrappers[index] = recompute.Checkpointed(self, index, unit.forward)
                     unit.forward = self._wrappers[index]
 
     def uninstall(self):
@@ -459,49 +458,6 @@ class _BackwardBegins:
 
     def __call__(self, grad):
         self.budget.backward_begins(self.record, self.index)
-
-
-def _compiled(unit):
-    """Whether `unit.compile()` compiled it. Such a unit is kept or
-    offloaded, never recomputed: torch.utils.checkpoint around its forward
-    saves a different set of tensors when the compiled forward runs than
-    when the backward re-runs it, and refuses the re-run."""
-    return getattr(unit, "_compiled_call_impl", None) is not None
-
-
-def _restore_forward(unit):
-    """Takes the budgets' wrappers off `unit`: its forward is again what it
-    was before the first (its class's, or what the caller had set)."""
-    own = unit.__dict__.get("forward")
-    while isinstance(own, _Checkpointed):
-        own = own.forward
-    if getattr(own, "__self__", None) is unit and \
-            getattr(own, "__func__", None) is type(unit).forward:
-        del unit.forward
-    else:
-        unit.forward = own
-
-
-class _Checkpointed:
-    """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
-    RNG state preserved) around the unit's own forward where its budget says
-    so (JointBudget.checkpoints) and, in a backward, where the forward it
-    re-runs did (an outer checkpoint's re-run must save what the forward
-    saved); the unit's own forward elsewhere."""
-
-    def __init__(self, budget, index, forward):
-        self.budget, self.index, self.forward = budget, index, forward
-        self.checkpointed = False  # what its last forward (with grad) did
-
-    def __call__(self, *args, **kwargs):
-        if not torch.is_grad_enabled():
-            return self.forward(*args, **kwargs)
-        if not _common.in_backward():
-            self.checkpointed = self.budget.checkpoints(self.index)
-        if not self.checkpointed:
-            return self.forward(*args, **kwargs)
-        return torch.utils.checkpoint.checkpoint(
-            self.forward, *args, use_reentrant=False, **kwargs)
 
 
 def _first_tensor(items):

@@ -1,0 +1,155 @@
+"""What the budget's CPU tests share (test_joint_budget.py,
+test_budget_loops.py): a scripted memory probe (CPU tensors have no
+allocator counters), a small decoder named as Hugging Face names its
+blocks, and a budget made with both."""
+
+import torch
+import torch.nn.functional as F
+
+import actoffload
+from actoffload import _common
+from models import train_step
+
+
+class ScriptedProbe:
+    """A device whose allocator the test scripts. Each unit's forward leaves
+    `unit_bytes` allocated until its backward has run; while the units'
+    backward runs, the step holds `outside` bytes more (a transient). Once
+    planned, a peak reads what the plan predicts, plus `over`."""
+
+    def __init__(self, unit_bytes, outside, glue=0):
+        self.unit_bytes = unit_bytes
+        self.outside = outside
+        self.glue = glue   # left allocated between two units' forwards
+        self.glued = 0
+        self.over = 0
+        self.now = 0       # allocated
+        self.top = 0       # the peak since the last reset
+        self.held = []     # units whose bytes are allocated, forward order
+        self.in_backward = False
+        self.ctx = None    # the OffloadActivations whose plan the device follows
+
+    def watch(self, units):
+        for index, unit in enumerate(units):
+            unit.register_forward_hook(self._forward_ended(index))
+            if index > 0:
+                unit.register_forward_pre_hook(self._glue)
+
+    def _glue(self, module, args):
+        if torch.is_grad_enabled() and not _common.in_backward():
+            self.now += self.glue
+            self.glued += self.glue
+            self.top = max(self.top, self.now)
+
+    def _forward_ended(self, index):
+        def hook(module, args, output):
+            if not torch.is_grad_enabled() or _common.in_backward():
+                return  # a recompute's re-run: its bytes are the backward's
+            self.now += self.unit_bytes
+            self.held.append(index)
+            self.top = max(self.top, self.now)
+            tensor = _common.first_grad_tensor(output)
+            if tensor is not None:
+                tensor.register_hook(lambda grad: self._backward_begins(index))
+        return hook
+
+    def _backward_begins(self, index):
+        while self.held and self.held[-1] > index:  # their backward has run
+            self.held.pop()
+            self.now -= self.unit_bytes
+        if not self.in_backward:
+            self.in_backward = True
+            # Queued from a callback, so that it runs after every callback
+            # queued during the backward (the budget reads the step's end).
+            queue = torch.autograd.Variable._execution_engine.queue_callback
+            queue(lambda: queue(self._step_ended))
+
+    def _step_ended(self):
+        self.in_backward = False
+        self.now -= self.unit_bytes * len(self.held) + self.glued
+        self.held, self.glued = [], 0
+
+    def allocated(self):
+        return self.now
+
+    def peak(self):
+        joint = self.ctx.joint_budget if self.ctx is not None else None
+        if joint is not None and joint.plan is not None:
+            return joint.plan["peak_bytes"] + self.over
+        return max(self.top, self.now) + (self.outside if self.in_backward else 0) + self.over
+
+    def reset_peak(self):
+        self.top = self.now
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attn = (q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5).softmax(-1)
+        return self.out(F.dropout(attn, 0.1, self.training) @ v)
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = torch.nn.Linear(hidden, 4 * hidden)
+        self.down = torch.nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        return self.down(F.dropout(F.gelu(self.up(x)), 0.1, self.training))
+
+
+class Layer(torch.nn.Module):
+    """A decoder layer as Hugging Face names its blocks."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(hidden)
+        self.self_attn = Attention(hidden)
+        self.norm2 = torch.nn.LayerNorm(hidden)
+        self.mlp = Mlp(hidden)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.norm1(x))
+        return (x + self.mlp(self.norm2(x)),)  # a tuple, as Hugging Face's
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self, layers=4, hidden=64):
+        super().__init__()
+        self.embed = torch.nn.Linear(hidden, hidden)
+        self.layers = torch.nn.ModuleList(Layer(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)[0]
+        return self.head(x)
+
+
+def seeded_step(model, x, ctx=None):
+    torch.manual_seed(7)  # the same dropout masks in every step
+
+    def forward(model, x):
+        with ctx:
+            return model(x)
+    return train_step(model, x, None if ctx is None else forward)
+
+
+UNIT = 1 << 20  # the scripted bytes each unit leaves allocated
+
+
+def make(model, budget_fraction, outside=UNIT, **kwargs):
+    probe = ScriptedProbe(UNIT, outside=outside)
+    ctx = actoffload.OffloadActivations(
+        model, budget_fraction=budget_fraction, probe=probe, backend="sim",
+        min_offload_size=1024, **kwargs)
+    probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
+    return ctx, probe

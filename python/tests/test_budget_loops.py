@@ -1,0 +1,171 @@
+"""The memory budget (budget.py) under SPEC §7's training-loop patterns, on
+the CPU and the simulated GPU with a scripted probe: an exception in the
+profile forward, retain_graph with a frozen layer, a skipped unit, compiled
+units, an outer checkpoint around the units (Hugging Face's gradient
+checkpointing), and a second budget on the same model."""
+
+import pytest
+import torch
+
+from budget_testing import Decoder, make, seeded_step
+from models import assert_identical
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
+                    reason="torch < 2: no way to tell a re-run in the backward")
+def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran():
+    # Hugging Face's gradient checkpointing wraps each layer's call in a
+    # non-reentrant checkpoint; its re-run in the backward (after the
+    # context's exit) must save what the forward saved, or it refuses it.
+    class Checkpointed(Decoder):
+        def forward(self, x):
+            x = self.embed(x)
+            for layer in self.layers:
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
+            return self.head(x)
+    model = Checkpointed()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6, allow_offload=False)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert "recompute" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+
+
+def test_an_exception_in_the_profile_forward_then_steps_as_usual():
+    # SPEC §7.2: the raised forward is abandoned; the next one is the profile.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5)
+    original = model.layers[2].forward
+    model.layers[2].forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    with pytest.raises(RuntimeError, match="bad batch"):
+        seeded_step(model, x, ctx)
+    model.layers[2].forward = original
+    for _ in range(6):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget.plan is not None
+    assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
+
+
+def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan():
+    # SPEC §7.1, §7.3: a planned step (offload and recompute) traversed twice,
+    # and the first layer frozen; bit-identical to the same loop without it.
+    def loop(ctx):
+        model = Decoder()
+        for p in model.layers[0].parameters():
+            p.requires_grad_(False)
+        x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
+        results = []
+        for _ in range(8):
+            for p in model.parameters():
+                p.grad = None
+            torch.manual_seed(7)
+            if ctx is None:
+                out = model(x)
+            else:
+                with ctx(model):
+                    out = model(x)
+            loss = (out.float() ** 2).mean()
+            loss.backward(retain_graph=True)
+            loss.backward()
+            results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        return results
+
+    torch.manual_seed(3)
+    reference = loop(None)
+    made = {}
+
+    def ctx(model):
+        if "ctx" not in made:
+            made["ctx"] = make(model, 0.5)[0]
+        return made["ctx"]
+    torch.manual_seed(3)
+    got = loop(ctx)
+    for a, b in zip(reference, got):
+        assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+    choice = made["ctx"].joint_budget.plan["choice"]
+    assert "offload" in choice or "recompute" in choice, choice
+
+
+def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
+    # A layer skipped in the first iteration (a conditional layer, a skipped
+    # batch's early exit) leaves nothing to plan with: warned, profiled again.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6)
+    class Skip(torch.nn.Module):
+        def forward(self, h):
+            return (h,)
+    skipped, model.layers[3] = model.layers[3], Skip()  # its hooks do not run
+    with pytest.warns(UserWarning, match="unit 3 did not run"):
+        seeded_step(model, x, ctx)
+    model.layers[3] = skipped
+    assert ctx.joint_budget.plan is None
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget.plan is not None
+
+
+def test_compiled_units_are_kept_or_offloaded_never_recomputed():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    for layer in model.layers:
+        if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
+            layer.compile(backend="eager")
+        else:  # what compile() leaves on a module, which torch 1.13 ignores
+            layer._compiled_call_impl = layer.forward
+    ctx, _ = make(model, 0.6)
+    for _ in range(6):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    joint = ctx.joint_budget
+    assert not any(u.get("recomputable") for u in joint.profile["units"])
+    assert "offload" in joint.unit_choices(joint.plan)
+    assert all("recompute" not in t[2]["choice"] for t in joint._all_trials)
+
+
+def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():
+    # A loop that replaces its OffloadActivations (a new budget, the bench's
+    # sweep): only the budget in use decides how the units run, and a unit
+    # is never wrapped twice.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    first, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, first))
+    assert "recompute" in first.joint_budget.unit_choices(first.joint_budget.plan)
+    second, _ = make(model, 0.7, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, second))
+    for layer in model.layers:
+        wrapper = layer.__dict__.get("forward")
+        assert wrapper is None or (wrapper.budget is second.joint_budget and
+                                   not isinstance(wrapper.forward, type(wrapper)))
+    for _ in range(2):  # the first again: its wrappers back on, the second's off
+        assert_identical(reference, seeded_step(model, x, first))
+    assert all(getattr(layer.__dict__.get("forward"), "budget", first.joint_budget)
+               is first.joint_budget for layer in model.layers)
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
+                    reason="torch < 2: no way to tell a re-run in the backward")
+def test_a_layer_budget_after_a_block_budget_reruns_blocks_as_they_ran():
+    # A block budget's wrappers stay on the attention and MLP modules; a layer
+    # budget's recompute re-runs them inside the layer in its backward. They
+    # must run there as they ran in that forward (plainly), not as their
+    # own budget last planned, or the layer's checkpoint refuses the re-run.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    blocks, _ = make(model, 0.5, granularity="block", allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, blocks))
+    assert "recompute" in blocks.joint_budget.unit_choices(blocks.joint_budget.plan)
+    layers, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(4):
+        assert_identical(reference, seeded_step(model, x, layers))
+    assert "recompute" in layers.joint_budget.unit_choices(layers.joint_budget.plan)
