@@ -371,6 +371,9 @@ class JointBudget:
             self.plan = plan
             return
         self.plan = plan
+        # The loop in force retires; retired loops whose graphs are all gone
+        # (every forward's backward done or abandoned) are dropped.
+        self._retired = [loop for loop in self._retired if loop.live_iterations() > 0]
         self._retired.append(self.owner.offloader)
         self.owner.offloader = self.make_loop(schedule_for(plan, self._index))
 
