@@ -88,6 +88,29 @@ TEST(JointStepSimTest, NoWorseThanOffloadAloneOrRecomputeAloneWithinBudget) {
   }
 }
 
+// The limit of the bench's joint rows (engine/joint_limit.h, printed as
+// plan/limit): no choice of the same layers can beat it, so neither the
+// plan's own prediction nor the engine's simulated step is below it.
+TEST(JointStepSimTest, TheLimitIsBelowThePlanAndTheSimulatedStep) {
+  for (double k : {2.0, 4.0, 5.0}) {
+    SCOPED_TRACE("budget k=" + std::to_string(k));
+    Shape s = SmallShape();
+    OffloadOptions oo;
+    std::string text;
+    ASSERT_TRUE(RowOptions(s, RowMode::kJoint, k, Millisecond(), kGbps, kGbps,
+                           false, &oo, &text));
+    StatusOr<JointRowLimit> limit = JointRowLimitOf(oo);
+    ASSERT_TRUE(limit.ok()) << limit.status();
+    const Row joint = RunRow(RowMode::kJoint, k);
+    std::printf("k=%g: plan %.3f ms, limit %.3f ms, simulated %.3f ms\n", k,
+                limit->plan_ns / 1e6, limit->limit_ns / 1e6,
+                joint.sim.step_ns / 1e6);
+    EXPECT_GT(limit->limit_ns, 0);
+    EXPECT_LE(limit->limit_ns, limit->plan_ns);
+    EXPECT_LE(limit->limit_ns, joint.sim.step_ns);
+  }
+}
+
 // At 3 layers' budget neither alone is enough: the plan offloads and
 // recomputes, and is faster than either alone.
 TEST(JointStepSimTest, TightBudgetMixesAndBeatsBoth) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bench/bench_util.h"
+#include "engine/joint_limit.h"
 #include "engine/joint_plan.h"
 #include "engine/status.h"
 #include "workload/layer_loop.h"
@@ -90,6 +91,15 @@ bool RowOptions(Shape& s, RowMode mode, double budget_k,
     }
   }
   return false;
+}
+
+StatusOr<JointRowLimit> JointRowLimitOf(const OffloadOptions& options) {
+  const JointProblem problem = JointProblemOf(options);
+  StatusOr<JointPlan> plan = PlanJoint(problem);
+  if (!plan.ok()) return plan.status();
+  StatusOr<JointLimitResult> limit = JointLimit(problem);
+  if (!limit.ok()) return limit.status();
+  return JointRowLimit{plan->step_ns, limit->step_ns};
 }
 
 const char* PushAtName(PushAt p) {

@@ -31,6 +31,7 @@
 
 #include "engine/backend.h"
 #include "engine/offload.h"
+#include "engine/status.h"
 #include "engine/tensor.h"
 
 namespace offload::bench {
@@ -144,6 +145,18 @@ bool RowOptions(Shape& s, RowMode mode, double budget_k,
                 const std::array<double, kGemms>& gemm_ns, double d2h_gbps,
                 double h2d_gbps, bool retain, OffloadOptions* options,
                 std::string* plan_text);
+
+// A joint row's plan next to its limit (engine/joint_limit.h), from the
+// same layer costs: the step the plan's model predicts, and the least step
+// any keep / offload / recompute choice of the same layers can have within
+// the budget. Errors: the planner's and the limit's (no plan fits; more
+// than kJointLimitMaxUnits layers).
+// REQUIRES: `options` has a recompute declaration (RowOptions, kJoint).
+struct JointRowLimit {
+  double plan_ns = 0;
+  double limit_ns = 0;
+};
+StatusOr<JointRowLimit> JointRowLimitOf(const OffloadOptions& options);
 
 // Offloader calls, for the host-cost breakdown.
 enum Call { kForwardStep, kPush, kBackwardStep, kPop, kFinishBackward, kCalls };

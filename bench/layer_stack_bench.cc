@@ -99,6 +99,14 @@ void RunSimOnly(const Flags& flags) {
         }
         for (int l = 0; l < s.layers; ++l) recomputed += plan->Recompute(l);
         plan_text = FormatJointPlan(*plan, problem);
+        if (StatusOr<JointRowLimit> limit = JointRowLimitOf(oo); limit.ok()) {
+          char line[128];
+          std::snprintf(line, sizeof(line),
+                        "plan %.3f ms, limit %.3f ms: plan/limit %.3f\n",
+                        limit->plan_ns / 1e6, limit->limit_ns / 1e6,
+                        limit->plan_ns / limit->limit_ns);
+          plan_text += line;
+        }
       }
       SimResult r = SimulateSchedule(rs, oo, ns, 55.3, 55.4);
       std::printf("sim %s k=%g (%.3f GiB): step %.3f ms, peak %.3f GiB, "

@@ -164,6 +164,12 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
         st1.pinned_slab_allocations - st0.pinned_slab_allocations;
     SimResult sim = SimulateSchedule(s, oo, gemm_ns, peak_d2h, peak_h2d);
     row.bound_ns = sim.step_ns;
+    if (config.mode == RowMode::kJoint) {
+      if (StatusOr<JointRowLimit> limit = JointRowLimitOf(oo); limit.ok()) {
+        row.plan_ns = limit->plan_ns;
+        row.limit_ns = limit->limit_ns;
+      }
+    }
     row.sim_peak = sim.peak_bytes;
     row.hazards = sim.hazards;
     SimResult sim_own = SimulateSchedule(s, oo, own_ns, peak_d2h, peak_h2d);

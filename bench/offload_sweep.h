@@ -33,6 +33,9 @@ struct SweepRow {
   size_t copies = 0;    // engine copies in the copy-timed step
   size_t min_copy = 0;  // bytes of the smallest of them
   double bound_ns = 0;  // simulated step with k = 0's GEMM times
+  // A joint row: the plan's predicted step and its limit (JointRowLimitOf),
+  // 0 where there is none.
+  double plan_ns = 0, limit_ns = 0;
   int64_t sim_peak = 0;
   size_t hazards = 0;
   bool identical = false;  // outputs and weight gradients equal k = 0's

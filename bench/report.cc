@@ -98,24 +98,33 @@ void PrintJointRows(const std::vector<SweepRow>& rows) {
       "offloading; nothing is offloaded. A recomputed layer saves only x "
       "and re-runs its GEMMs 0..3 before its backward. Peaks are the "
       "device pool's (everything the step allocates). The budget counts "
-      "saved tensors and re-created ones, not the forward's transients.\n\n");
+      "saved tensors and re-created ones, not the forward's transients. "
+      "plan ms: the joint plan's predicted step; limit ms: the least step any "
+      "keep / offload / recompute choice of the same layers can have within "
+      "the budget (engine/joint_limit.h), from the same layer costs.\n\n");
   std::printf("| row | budget k | budget GiB | step ms | ratio | act. peak GiB "
               "| ratio | recomputed layers | offloaded GiB/step | byte budget "
-              "ratio (same k) | bound ms | measured/bound | bit-identical |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "ratio (same k) | bound ms | measured/bound | plan ms | limit ms "
+              "| plan/limit | bit-identical |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const SweepRow& r : rows) {
     if (r.mode != RowMode::kJoint && r.mode != RowMode::kCheckpoint) continue;
     char budget[32] = "-";
     if (const SweepRow* b = budget_row(r.budget_k)) {
       std::snprintf(budget, sizeof(budget), "x%.3f", b->step_ns / r0.step_ns);
     }
+    char limit[64] = "- | - | -";
+    if (r.limit_ns > 0) {
+      std::snprintf(limit, sizeof(limit), "%.2f | %.2f | %.3f", r.plan_ns / 1e6,
+                    r.limit_ns / 1e6, r.plan_ns / r.limit_ns);
+    }
     std::printf("| %s | %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %d | %.2f "
-                "| %s | %.2f | %.3f | %s |\n",
+                "| %s | %.2f | %.3f | %s | %s |\n",
                 RowModeName(r.mode), r.budget_k, GiB(r.budget_bytes),
                 r.step_ns / 1e6, r.step_ns / r0.step_ns, GiB(r.peak),
                 double(r.peak) / double(r0.peak), r.recomputed,
                 GiB(r.d2h_bytes), budget, r.bound_ns / 1e6,
-                r.step_ns / r.bound_ns, r.identical ? "yes" : "NO");
+                r.step_ns / r.bound_ns, limit, r.identical ? "yes" : "NO");
   }
 }
 
