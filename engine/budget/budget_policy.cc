@@ -213,6 +213,13 @@ void BudgetPolicy::NoteDrops(int push) {
     // Only the Kept handles hold it: the caller dropped its tensors. (A
     // handle copied by the caller makes this later, never earlier.)
     if (unit.offloaded || unit.watch.use_count() > unit.handles) continue;
+    // Nor may the memory's owner still keep it alive (a framework tensor
+    // the caller holds, StorageMemory::HeldOutside): releasing it would
+    // free nothing.
+    if (std::shared_ptr<Storage> storage = unit.watch.lock();
+        storage != nullptr && storage->memory().HeldOutside()) {
+      continue;
+    }
     unit.dropped_at = push;
   }
   while (first_held_ < units_.size() && units_[first_held_].dropped_at >= 0) {
