@@ -93,3 +93,23 @@ def te_forward(ctx, sync):
             return sync(h)
         return model(x, layer_wrapper=wrapped)
     return forward
+
+
+def whole_forward(ctx):
+    """A forward for train_step with the whole model inside the context
+    (torchtune's usage)."""
+    def forward(model, x):
+        with ctx:
+            return model(x)
+    return forward
+
+
+def recorded_bytes(model, x, **options):
+    """The bytes the engine's byte budget (SPEC §4.7, no layers) records as
+    saved in one step of `model` on `x`: its plan under a budget that never
+    binds lists every unit. `options` go to OffloadActivations."""
+    import actoffload
+    ctx = actoffload.OffloadActivations(budget_bytes=1 << 40, **options)
+    train_step(model, x, whole_forward(ctx))
+    rows = [line.split() for line in ctx.budget_plan().splitlines()]
+    return sum(int(row[2]) for row in rows if row and row[0].isdigit())

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, te_forward, te_manual_forward, train_step
+from models import (Stack, assert_identical, recorded_bytes, te_forward, te_manual_forward,
+                    train_step, whole_forward)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
@@ -41,25 +42,14 @@ def test_byte_budget_on_cuda_is_bit_identical():
     model = Stack(layers=6, hidden=512).cuda()
     x = torch.randn(4, 512, 512, device="cuda")
     reference = train_step(model, x)
-
-    def forward(ctx):
-        def run(model, x):
-            with ctx:
-                return model(x)
-        return run
     # The engine's byte budget (SPEC §4.7): without layers (a CUDA model's
-    # layers would make it the joint budget, test_gpu_budget.py). Recorded
-    # once with a budget that never binds, then a third of what that
-    # recording saves, as the simulator's test does.
-    ctx = actoffload.OffloadActivations(budget_bytes=1 << 40, min_offload_size=MIN,
-                                        backend="cuda")
-    train_step(model, x, forward(ctx))
-    rows = [line.split() for line in ctx.budget_plan().splitlines()]
-    total = sum(int(row[2]) for row in rows if row and row[0].isdigit())
+    # layers would make it the joint budget, test_gpu_budget.py), a third of
+    # what a recording saves, as the simulator's test does.
+    total = recorded_bytes(model, x, min_offload_size=MIN, backend="cuda")
     ctx = actoffload.OffloadActivations(budget_bytes=total // 3, min_offload_size=MIN,
                                         backend="cuda")
     for _ in range(3):
-        assert_identical(reference, train_step(model, x, forward(ctx)))
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_reloaded"] > 0
 
 

@@ -8,16 +8,9 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, train_step
+from models import Stack, assert_identical, recorded_bytes, train_step, whole_forward
 
 MIN = 4096  # bytes (torchtune's unit): the test tensors are small
-
-
-def whole(ctx):
-    def forward(model, x):
-        with ctx:
-            return model(x)
-    return forward
 
 
 @pytest.mark.parametrize("k", [1, 3])
@@ -28,7 +21,7 @@ def test_layers_found_from_the_model_k_of_n(k):
     ctx = actoffload.OffloadActivations(model, num_layers=k, min_offload_size=MIN,
                                         backend="sim")
     for _ in range(3):
-        assert_identical(reference, train_step(model, x, whole(ctx)))
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
     assert ctx.session.hazards() == []
 
@@ -41,22 +34,17 @@ def test_byte_budget_without_layers_keeps_within_budget():
     model = Stack(layers=4)
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
-    # Record with a budget that never binds: the plan lists every unit.
-    ctx = actoffload.OffloadActivations(budget_bytes=1 << 40, min_offload_size=MIN,
-                                        backend="sim")
-    train_step(model, x, whole(ctx))
-    rows = [line.split() for line in ctx.budget_plan().splitlines()]
-    total = sum(int(row[2]) for row in rows if row and row[0].isdigit())
+    total = recorded_bytes(model, x, min_offload_size=MIN, backend="sim")
     assert total > 0
     budget = total // 3
     session = actoffload.new_session("sim")
     ctx = actoffload.OffloadActivations(budget_bytes=budget, min_offload_size=MIN,
                                         session=session)
-    assert_identical(reference, train_step(model, x, whole(ctx)))  # recorded
+    assert_identical(reference, train_step(model, x, whole_forward(ctx)))  # recorded
     assert "offload" in ctx.budget_plan().lower()
     for _ in range(2):
         session.sim_reset_peaks()
-        assert_identical(reference, train_step(model, x, whole(ctx)))
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
         session.synchronize()
         # Simulated device memory holds exactly the engine's saved tensors.
         assert session.sim_device_peak_bytes() <= budget
@@ -73,17 +61,13 @@ def test_byte_budget_never_releases_what_the_caller_holds():
     model = Stack(layers=4)
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
-    ctx = actoffload.OffloadActivations(budget_bytes=1 << 40, min_offload_size=MIN,
-                                        backend="sim")
-    train_step(model, x, whole(ctx))
-    rows = [line.split() for line in ctx.budget_plan().splitlines()]
-    total = sum(int(row[2]) for row in rows if row and row[0].isdigit())
+    total = recorded_bytes(model, x, min_offload_size=MIN, backend="sim")
     ctx = actoffload.OffloadActivations(budget_bytes=total // 3, min_offload_size=MIN,
                                         backend="sim")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "... saved no memory" would raise
         for _ in range(3):
-            assert_identical(reference, train_step(model, x, whole(ctx)))
+            assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     units = [line.split() for line in ctx.budget_plan().splitlines()
              if line.split() and line.split()[0].isdigit()]
     assert units[0][3] == "no"  # the unit of x (embed's saved input) is kept
@@ -98,7 +82,7 @@ def test_byte_budget_with_layers():
     ctx = actoffload.OffloadActivations(model.layers, budget_bytes=1 << 20,
                                         min_offload_size=MIN, backend="sim")
     for _ in range(3):
-        assert_identical(reference, train_step(model, x, whole(ctx)))
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
 
 
@@ -110,7 +94,7 @@ def test_no_argument_offloads_every_activation_like_torchtune():
     reference = train_step(model, x)
     ctx = actoffload.OffloadActivations(backend="sim")
     for _ in range(3):
-        assert_identical(reference, train_step(model, x, whole(ctx)))
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
 
 
@@ -129,7 +113,7 @@ def test_no_grad_forward_is_a_pass_through():
     with torch.no_grad(), ctx:
         model(torch.randn(2, 8, 64))
     x = torch.randn(2, 64, 64)
-    assert_identical(train_step(model, x), train_step(model, x, whole(ctx)))
+    assert_identical(train_step(model, x), train_step(model, x, whole_forward(ctx)))
 
 
 def fine_grained_forward(fg):
