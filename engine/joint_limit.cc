@@ -19,8 +19,35 @@ bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
       return p.allow_offload && p.units[unit].offloadable;
     case UnitChoice::kRecompute:
       return p.allow_recompute && p.units[unit].recomputable;
+    case UnitChoice::kSelective:
+      return p.allow_recompute && p.units[unit].recomputable &&
+             p.units[unit].selective;
   }
   return false;
+}
+
+// The bytes unit `u` saves in the forward under `c` (not offloaded).
+int64_t ForwardBytes(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.input_bytes;
+  if (c == UnitChoice::kSelective) return u.selective_bytes;
+  return u.saved_bytes;
+}
+
+// What its backward needs whole (saved plus re-created bytes), and the
+// time its re-run adds.
+int64_t WholeBytes(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.input_bytes + u.recompute_bytes;
+  return u.saved_bytes;  // selective: selective_bytes + the rest re-created
+}
+
+double ReRunNs(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.recompute_ns;
+  if (c == UnitChoice::kSelective) return u.selective_ns;
+  return 0;
+}
+
+bool ReRuns(UnitChoice c) {
+  return c == UnitChoice::kRecompute || c == UnitChoice::kSelective;
 }
 
 // Where a choice does not fit: the unit, the bytes it needs on device at
@@ -53,8 +80,7 @@ class Bounder {
   bool Forward(int i, UnitChoice c, Misfit* misfit) {
     const UnitCost& u = p_.units[i];
     choice_[i] = c;
-    held_[i + 1] =
-        held_[i] + (c == UnitChoice::kRecompute ? u.input_bytes : u.saved_bytes);
+    held_[i + 1] = held_[i] + ForwardBytes(u, c);
     out_[i + 1] = out_[i] + (c == UnitChoice::kOffload ? u.saved_bytes : 0);
     // Bytes that must be out by F_i: what exceeds the budget at unit i's
     // peak (all its bytes and its transient).
@@ -87,9 +113,8 @@ class Bounder {
     room_[n_] = p_.budget - (held_[n_] - out_[n_]);
     for (int w = n_ - 1; w >= 0; --w) {
       const UnitCost& u = p_.units[w];
-      const bool recomputed = choice_[w] == UnitChoice::kRecompute;
-      const int64_t whole =
-          recomputed ? u.input_bytes + u.recompute_bytes : u.saved_bytes;
+      const bool recomputed = ReRuns(choice_[w]);
+      const int64_t whole = WholeBytes(u, choice_[w]);
       // At its peak: its temporaries, or its re-run's transient if larger.
       const int64_t transient =
           std::max(u.backward_transient_bytes,
@@ -117,10 +142,7 @@ class Bounder {
         }
       }
       const UnitCost& unit = p_.units[u];
-      backward_end_[u] = start + unit.backward_ns +
-                         (choice_[u] == UnitChoice::kRecompute
-                              ? unit.recompute_ns
-                              : 0.0);
+      backward_end_[u] = start + unit.backward_ns + ReRunNs(unit, choice_[u]);
     }
     *step = backward_end_[0];
     return true;
@@ -153,7 +175,7 @@ double ComputeNs(const JointProblem& p, const std::vector<UnitChoice>& c) {
   double total = 0;
   for (size_t i = 0; i < p.units.size(); ++i) {
     total += p.units[i].forward_ns + p.units[i].backward_ns;
-    if (c[i] == UnitChoice::kRecompute) total += p.units[i].recompute_ns;
+    total += ReRunNs(p.units[i], c[i]);
   }
   return total;
 }
@@ -190,13 +212,13 @@ class Search {
       return;
     }
     for (UnitChoice c : {UnitChoice::kKeep, UnitChoice::kOffload,
-                         UnitChoice::kRecompute}) {
+                         UnitChoice::kRecompute, UnitChoice::kSelective}) {
       if (!Allowed(p_, i, c)) continue;
       Misfit misfit;
       if (!bounder_.Forward(i, c, &misfit)) continue;
       choice_[i] = c;
       const UnitCost& u = p_.units[i];
-      const double r = recompute_ns + (c == UnitChoice::kRecompute ? u.recompute_ns : 0.0);
+      const double r = recompute_ns + ReRunNs(u, c);
       // Every completion of this prefix takes at least this long. The slack
       // keeps rounding from skipping an equal (tie-breaking) completion.
       const double least =
@@ -204,7 +226,7 @@ class Search {
       if (found_ && least > best_.step_ns + 1e-9 * std::max(1.0, best_.step_ns)) {
         continue;
       }
-      Visit(i + 1, recomputed + (c == UnitChoice::kRecompute),
+      Visit(i + 1, recomputed + ReRuns(c),
             offloaded + (c == UnitChoice::kOffload ? u.saved_bytes : 0), r);
     }
   }
@@ -249,12 +271,33 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
         "joint limit: " + std::to_string(n) + " units, more than the " +
         std::to_string(kJointLimitMaxUnits) + " its exact search takes");
   }
+  int64_t choices = 1;
+  for (int i = 0; i < n; ++i) {
+    int allowed = 0;
+    for (UnitChoice c : {UnitChoice::kKeep, UnitChoice::kOffload,
+                         UnitChoice::kRecompute, UnitChoice::kSelective}) {
+      allowed += Allowed(p, i, c);
+    }
+    choices *= allowed;
+  }
+  if (choices > kJointLimitMaxChoices) {
+    return InvalidArgumentError(
+        "joint limit: " + std::to_string(choices) + " choices of the " +
+        std::to_string(n) + " units (selective ones have four), more than "
+        "the " + std::to_string(kJointLimitMaxChoices) +
+        " its exact search takes");
+  }
   Search search(p);
   search.Run();
   if (!search.found()) {
     std::string allowed = "keep";
     if (p.allow_offload) allowed += "/offload";
     if (p.allow_recompute) allowed += "/recompute";
+    if (p.allow_recompute &&
+        std::any_of(p.units.begin(), p.units.end(),
+                    [](const UnitCost& u) { return u.selective; })) {
+      allowed += "/selective";
+    }
     return ResourceExhaustedError(
         "joint limit: no " + allowed + " choice of the " + std::to_string(n) +
         " units fits the budget of " + Bytes(p.budget));

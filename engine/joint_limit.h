@@ -1,5 +1,6 @@
 // The limit of the joint plan (SPEC §4.8; issue 30, item 4): the least step
-// time that ANY keep / offload / recompute choice of a JointProblem's units
+// time that ANY keep / offload / recompute / selective choice of a
+// JointProblem's units
 // can have under its budget, by ANY schedule of copies. PlanJoint's
 // predicted step (engine/joint_plan.h) can never beat it; the gap between
 // the two is what a better planner could still win. Pure C++, no solver.
@@ -7,12 +8,14 @@
 // The physical model it bounds (the planner's assumptions, without the
 // planner's rules): one compute stream runs the forward of units 0..n-1,
 // then the backward of n-1..0; a recomputed unit's backward takes
-// recompute_ns longer and holds recompute_bytes more while it runs. A
-// unit's saved bytes (input_bytes when recomputed) arrive evenly during its
-// forward, are needed whole during its backward and are freed when it ends.
-// A unit's transients (joint_plan.h) are held at the peak of its forward
-// and of its backward (a recomputed unit's re-run: the larger of its two),
-// as PlanJoint counts them.
+// recompute_ns longer and holds recompute_bytes more while it runs, a
+// selective one's selective_ns longer and saved_bytes - selective_bytes
+// more. A unit's saved bytes (input_bytes when recomputed, selective_bytes
+// when selective) arrive evenly during its forward, are needed whole during
+// its backward and are freed when it ends. A unit's transients
+// (joint_plan.h) are held at the peak of its forward and of its backward (a
+// recomputed or selective unit's re-run: the larger of its two), as
+// PlanJoint counts them.
 // An offloaded unit's bytes all go to host and all come back before its
 // backward; copies are fluid (any rate up to d2h_gbps / h2d_gbps, GB/s =
 // 1e9 B/s = 1 B/ns, one engine each way, overlapping compute and each
@@ -52,10 +55,11 @@
 // their least solution (a longest path, one pass) gives the bound.
 //
 // The limit is the exact minimum of that bound over every allowed choice
-// (3^n of them): a depth-first search over units in forward order that
-// skips a prefix whose forward already cannot fit, or whose forward end
-// plus the least remaining compute is above the best step found. At most
-// kJointLimitMaxUnits units.
+// (3^n of them, 4 per unit that may be selective): a depth-first search
+// over units in forward order that skips a prefix whose forward already
+// cannot fit, or whose forward end plus the least remaining compute is
+// above the best step found. At most kJointLimitMaxUnits units and
+// kJointLimitMaxChoices choices.
 
 #ifndef OFFLOAD_ENGINE_JOINT_LIMIT_H_
 #define OFFLOAD_ENGINE_JOINT_LIMIT_H_
@@ -67,20 +71,25 @@
 
 namespace offload {
 
-// The most units JointLimit searches (3^14, about 4.8 million choices).
+// The most units JointLimit searches (3^14, about 4.8 million choices),
+// and the most choices (the product over units of the choices each
+// allows: 14 units without selective, 11 all selective).
 inline constexpr int kJointLimitMaxUnits = 14;
+inline constexpr int64_t kJointLimitMaxChoices = 4782969;  // 3^14
 
 struct JointLimitResult {
   double step_ns = 0;              // the limit: compute_ns + least stalls
   std::vector<UnitChoice> choice;  // per unit, a choice attaining it
-  double compute_ns = 0;           // forward + backward + recompute of it
+  double compute_ns = 0;  // forward + backward + re-runs (full, selective)
 };
 
-// The least bound (above) over every keep / offload / recompute choice the
-// problem allows. Ties go to fewer recomputed units, then to fewer
-// offloaded bytes, then to the choice with the earlier units kept.
-// Errors: kInvalidArgument for a malformed problem (ValidateJointProblem)
-//   or more than kJointLimitMaxUnits units, naming the count;
+// The least bound (above) over every keep / offload / recompute /
+// selective choice the problem allows. Ties go to fewer re-run units
+// (recomputed or selective), then to fewer offloaded bytes, then to the
+// choice with the earlier units kept (then offloaded, recomputed).
+// Errors: kInvalidArgument for a malformed problem (ValidateJointProblem),
+//   more than kJointLimitMaxUnits units or kJointLimitMaxChoices choices,
+//   naming the count;
 //   kResourceExhausted naming the budget when no choice fits it.
 StatusOr<JointLimitResult> JointLimit(const JointProblem& problem);
 

@@ -31,6 +31,7 @@ using ::testing::HasSubstr;
 constexpr UnitChoice K = UnitChoice::kKeep;
 constexpr UnitChoice O = UnitChoice::kOffload;
 constexpr UnitChoice R = UnitChoice::kRecompute;
+constexpr UnitChoice S = UnitChoice::kSelective;
 
 // a <= b, up to the rounding of two different sums of the same terms.
 bool AtMost(double a, double b) {
@@ -40,15 +41,21 @@ bool AtMost(double a, double b) {
 bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
   if (c == O) return p.allow_offload;
   if (c == R) return p.allow_recompute && p.units[unit].recomputable;
+  if (c == S) {
+    return p.allow_recompute && p.units[unit].recomputable &&
+           p.units[unit].selective;
+  }
   return true;
 }
 
-// Forward + backward + the recomputed units' re-runs.
+// Forward + backward + the recomputed and selective units' re-runs.
 double Compute(const JointProblem& p, const std::vector<UnitChoice>& c) {
   double total = 0;
   for (size_t i = 0; i < p.units.size(); ++i) {
     total += p.units[i].forward_ns + p.units[i].backward_ns +
-             (c[i] == R ? p.units[i].recompute_ns : 0.0);
+             (c[i] == R   ? p.units[i].recompute_ns
+              : c[i] == S ? p.units[i].selective_ns
+                          : 0.0);
   }
   return total;
 }
@@ -244,6 +251,44 @@ TEST(JointLimitTest, MalformedProblemsAndChoicesAreRefused) {
                        HasSubstr("unit 1: offload is not allowed")));
 }
 
+// PlanJoint's PicksSelectiveWhereItsReRunIsCheap: selective units 0 and 1
+// (60 bytes kept, 10 ns re-runs) are also the limit: one re-run unit
+// leaves 660 bytes at unit 2's end, and copies at 0.1 B/ns take 3000 ns.
+// Their bound is the compute, 900 + 20; recomputing them in full, 1100.
+// Selective units 1 and 2 beside kept unit 0: 420 at unit 2's end, but
+// 300 + 60 + 60 + 240 re-created = 660 in unit 2's backward.
+TEST(JointLimitTest, SelectiveUnitsWorkedByHand) {
+  JointProblem p = SelectiveStack(3, 0.1, 600);
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(S, S, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 920);
+  EXPECT_DOUBLE_EQ(limit.compute_ns, 920);
+  EXPECT_THAT(JointChoiceBound(p, {R, R, K}), IsOkAndHolds(1100.0));
+  EXPECT_THAT(JointChoiceBound(p, {K, S, S}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 2's backward, 660 bytes")));
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_DOUBLE_EQ(plan.step_ns, limit.step_ns);
+  // Not selective, or recompute not allowed: never chosen, and refused.
+  p.units[0].selective = false;
+  EXPECT_THAT(JointChoiceBound(p, {S, K, K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: selective is not allowed")));
+  p = SelectiveStack(3, 0.1, 600);
+  p.allow_recompute = false;
+  ASSERT_OK_AND_ASSIGN(limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ::testing::Not(::testing::Contains(S)));
+}
+
+// Four choices per selective unit: 12 of them are more than the search
+// takes (4^12 > 3^14), 11 are not.
+TEST(JointLimitTest, TooManyChoicesAreRefused) {
+  EXPECT_THAT(JointLimit(SelectiveStack(12, 1.0, 300 * 6)),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("16777216 choices of the 12 units")));
+  EXPECT_OK(JointLimit(SelectiveStack(11, 1.0, 300 * 6)).status());
+}
+
 // The most units the search takes, with a budget that forces a mix: it
 // finishes, is never above PlanJoint and not below the compute.
 TEST(JointLimitTest, TheLargestProblemIsSearched) {
@@ -310,14 +355,14 @@ RC_GTEST_PROP(JointLimitProperties, IsTheLeastBoundOfAnyChoice, ()) {
   const JointProblem p = *GenProblem();
   const int n = static_cast<int>(p.units.size());
   int total = 1;
-  for (int i = 0; i < n; ++i) total *= 3;
+  for (int i = 0; i < n; ++i) total *= 4;
   bool any = false;
   double least = 0;
   for (int code = 0; code < total; ++code) {
     std::vector<UnitChoice> c(n);
     bool allowed = true;
-    for (int i = 0, rest = code; i < n; ++i, rest /= 3) {
-      c[i] = static_cast<UnitChoice>(rest % 3);
+    for (int i = 0, rest = code; i < n; ++i, rest /= 4) {
+      c[i] = static_cast<UnitChoice>(rest % 4);
       allowed = allowed && Allowed(p, i, c[i]);
     }
     if (!allowed) continue;
@@ -354,10 +399,14 @@ RC_GTEST_PROP(JointLimitProperties, ItsChoiceFitsAtEveryUnitBoundary, ()) {
     RC_ASSERT(Allowed(p, static_cast<int>(i), c[i]));
     const int64_t whole =
         c[i] == R ? u.input_bytes + u.recompute_bytes : u.saved_bytes;
+    const bool reruns = c[i] == R || c[i] == S;
     const int64_t transient = std::max(
-        u.backward_transient_bytes, c[i] == R ? u.forward_transient_bytes : 0);
+        u.backward_transient_bytes, reruns ? u.forward_transient_bytes : 0);
     RC_ASSERT(stays + whole + transient <= p.budget);
-    stays += c[i] == K ? u.saved_bytes : c[i] == R ? u.input_bytes : 0;
+    stays += c[i] == K   ? u.saved_bytes
+             : c[i] == R ? u.input_bytes
+             : c[i] == S ? u.selective_bytes
+                         : 0;
     RC_ASSERT(stays + u.forward_transient_bytes <= p.budget);
   }
 }

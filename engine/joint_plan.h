@@ -1,7 +1,10 @@
 // The joint plan (SPEC §4.8): for a memory budget, choose per unit (a layer)
 // whether its saved tensors stay on the device, go to host and come back
-// (the byte budget of SPEC §4.7), or are not saved at all and recomputed
-// by the caller right before the unit's backward. Pure data and functions:
+// (the byte budget of SPEC §4.7), are not saved at all and recomputed
+// by the caller right before the unit's backward, or, selective recompute,
+// are saved only in part (its input and its costly ops' outputs: matmuls,
+// attention) with the cheap ops (norms, activations, softmax) re-run by the
+// caller's selective-checkpoint policy right before its backward. Pure data and functions:
 // no backend, no engine state. The Offloader makes this plan at Create when
 // OffloadOptions::recompute is set (engine/offload.h: Recompute(layer));
 // bench/ also calls it directly (checkpoint-only rows).
@@ -10,10 +13,11 @@
 // runs them in reverse, one at a time, on one compute stream; one copy
 // engine each way):
 //  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
-//    recomputed) arrive evenly while its forward runs; at its peak it also
+//    recomputed, or selective_bytes when selective) arrive evenly while its forward runs; at its peak it also
 //    holds forward_transient_bytes, so saved plus transient must fit in the
 //    budget next to what is on device. Where they would not, the earliest
-//    offloadable units not yet released and not recomputed are released,
+//    offloadable units not yet released and not recomputed (fully or
+//    selectively) are released,
 //    earliest first (the byte budget's rule, engine/budget/budget_plan.h),
 //    and the compute stream waits there for their copies to host: at the
 //    fraction of the forward where what is on device plus the part of saved
@@ -22,9 +26,11 @@
 //    copy runs at d2h_gbps from its forward's start (after the copies
 //    queued before it) and ends no earlier than its forward.
 //  - Backward. A recomputed unit holds recompute_bytes more while its
-//    backward runs and takes recompute_ns longer. On top of what is on
-//    device while a unit's backward runs, its peak holds
-//    backward_transient_bytes, or, when recomputed, the larger of that and
+//    backward runs and takes recompute_ns longer; a selective one holds
+//    saved_bytes - selective_bytes more (what its cheap ops re-create) and
+//    takes selective_ns longer. On top of what is on device while a unit's
+//    backward runs, its peak holds backward_transient_bytes, or, when
+//    recomputed or selective, the larger of that and
 //    forward_transient_bytes (its re-run ends before its backward starts,
 //    so the two do not coexist); that peak must fit in the budget.
 //    Released units come back in order of need, each as early as the
@@ -70,10 +76,21 @@ struct UnitCost {
   // gradients it computes). Neither stays after the unit ends.
   int64_t forward_transient_bytes = 0;
   int64_t backward_transient_bytes = 0;
+  // Selective recompute (a kind of recompute: needs `recomputable` and the
+  // problem's allow_recompute; never offloaded, its saved tensors live in
+  // the checkpoint's own storage). When chosen the unit saves
+  // selective_bytes (its input and the kept outputs; 0 < selective_bytes <=
+  // saved_bytes) in the forward; before its backward it re-runs its cheap
+  // ops in selective_ns (>= 0), re-creating saved_bytes - selective_bytes,
+  // held until its backward ends. Ignored where `selective` is false.
+  bool selective = false;
+  int64_t selective_bytes = 0;
+  double selective_ns = 0;
 };
 
-enum class UnitChoice { kKeep, kOffload, kRecompute };
-const char* UnitChoiceName(UnitChoice c);  // "keep", "offload", "recompute"
+enum class UnitChoice { kKeep, kOffload, kRecompute, kSelective };
+// "keep", "offload", "recompute", "selective".
+const char* UnitChoiceName(UnitChoice c);
 
 struct JointProblem {
   std::vector<UnitCost> units;  // in forward order
@@ -81,7 +98,8 @@ struct JointProblem {
   double h2d_gbps = 0;
   int64_t budget = 0;           // bytes
   // Restrict the choices: offload-only (the byte budget, §4.7) or
-  // recompute-only (checkpointing).
+  // recompute-only (checkpointing). allow_recompute covers selective
+  // recompute too.
   bool allow_offload = true;
   bool allow_recompute = true;
 };
@@ -91,7 +109,8 @@ struct JointPlan {
   // Predicted by the model above.
   double step_ns = 0;
   double stall_ns = 0;       // compute-stream waits for copies
-  double recompute_ns = 0;   // forward re-run
+  double recompute_ns = 0;   // forward re-run of the recomputed units
+  double selective_ns = 0;   // cheap ops' re-run of the selective units
   int64_t peak_bytes = 0;    // the most bytes on device at once, transients too
   int64_t offloaded_bytes = 0;
   // Where the model moves each offloaded unit, -1 for the others: the unit
@@ -101,18 +120,33 @@ struct JointPlan {
   std::vector<int> released_during;
   std::vector<int> reloaded_during;
 
+  // Whether the unit is recomputed in full (kRecompute only).
   bool Recompute(int unit) const {
     return choice[unit] == UnitChoice::kRecompute;
   }
+  bool Selective(int unit) const {
+    return choice[unit] == UnitChoice::kSelective;
+  }
 };
 
+// Assignments of {none, recompute, selective} to the recomputable units
+// that PlanJoint and SmallestJointBudget try one by one; with more they
+// search greedily (PlanJoint) or binary-search PlanJoint (the budget).
+// 2^16: sixteen units without selective, ten with.
+inline constexpr int64_t kJointExhaustiveAssignments = 65536;
+
 // The plan with the least predicted step time among those that fit the
-// budget. Ties go to fewer recomputed units, then to the lower peak (the
-// most room for the model's error: which units recompute changes what the
-// backward holds), then to fewer offloaded bytes.
-// It tries every set of recomputable units when there are at most 16;
-// with more, it grows the set greedily one unit per round (the unit giving
-// the least step) from none to all and keeps the best plan seen.
+// budget. Ties go to fewer re-run units (recomputed or selective), then to
+// the lower peak (the most room for the model's error: which units
+// recompute changes what the backward holds), then to fewer offloaded
+// bytes, then to fewer fully recomputed units (selective over full: less
+// re-run work to mispredict).
+// It tries every assignment of {none, recompute, selective where the unit
+// allows it} to the recomputable units when there are at most
+// kJointExhaustiveAssignments; with more, it grows the set greedily one
+// unit per round (the unit and kind, full or selective, giving the least
+// step) from none to all, keeps the best plan seen, then turns its full
+// re-runs selective one at a time while that makes it better.
 // Errors: kInvalidArgument for a malformed problem (ValidateJointProblem);
 //   kResourceExhausted naming the budget and the smallest bytes any plan
 //   allowed needs, when none fits.
@@ -126,26 +160,33 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 // smaller budget, which releases that unit, fits. So for each set of
 // recomputed units PlanJoint tries, it splits the budgets by how many units
 // the forward releases (success is monotone within each part) and
-// binary-searches the parts. With more than 16 recomputable units
+// binary-searches the parts. With more than kJointExhaustiveAssignments
 // (PlanJoint's greedy search, whose sets depend on the budget) it
 // binary-searches PlanJoint itself: a budget that fits where one byte less
 // does not, the least one where success is monotone.
 // Errors: kInvalidArgument for a malformed problem (the budget aside).
 StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
 
-// The prediction for the given recomputed units (offloaded units follow
-// from the forward rule above).
-// Errors: kInvalidArgument for a malformed problem, a recomputed unit that
-//   is not recomputable, or one of either kind the problem does not allow;
-//   kResourceExhausted naming the unit where the budget does not fit.
+// The prediction for the given choice: only kRecompute and kSelective
+// matter (kept and offloaded units follow from the forward rule above).
+// Errors: kInvalidArgument for a malformed problem, a choice of another
+//   size, a recomputed unit that is not recomputable, a selective one that
+//   is not selective, or either where the problem does not allow
+//   recompute (naming the unit); kResourceExhausted naming the unit where
+//   the budget does not fit.
+StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
+                                  const std::vector<UnitChoice>& choice);
+
+// The same, `recompute[i]` true for a unit recomputed in full.
 StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
                                   const std::vector<bool>& recompute);
 
 // Checks sizes and values: at least one unit, bytes (transients too) and
 // times not negative, saved_bytes > 0, input and recompute bytes within
-// saved_bytes for a recomputable unit, positive bandwidths where offloading
-// is allowed, budget > 0. Errors: kInvalidArgument naming the unit and the
-// field.
+// saved_bytes for a recomputable unit, a selective unit recomputable with
+// selective_bytes in (0, saved_bytes], selective_ns finite and not
+// negative, positive bandwidths where offloading is allowed, budget > 0.
+// Errors: kInvalidArgument naming the unit and the field.
 Status ValidateJointProblem(const JointProblem& problem);
 
 // Checks `plan` against `problem` independently of PlanJoint: its choices
@@ -155,6 +196,8 @@ Status ValidateJointPlan(const JointPlan& plan, const JointProblem& problem);
 
 // A table: one row per unit (bytes, times, choice), then the predicted
 // step, stalls, recompute, offloaded bytes and the peak against the budget.
+// Where a unit may be selective, a selective_ms column and the selective
+// re-run's total too.
 std::string FormatJointPlan(const JointPlan& plan,
                             const JointProblem& problem);
 

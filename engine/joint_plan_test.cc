@@ -23,6 +23,7 @@ using ::testing::HasSubstr;
 constexpr UnitChoice K = UnitChoice::kKeep;
 constexpr UnitChoice O = UnitChoice::kOffload;
 constexpr UnitChoice R = UnitChoice::kRecompute;
+constexpr UnitChoice S = UnitChoice::kSelective;
 
 TEST(JointPlanTest, EverythingFitsSoEverythingIsKept) {
   ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(Stack(2, 1.0, 600)));
@@ -323,7 +324,7 @@ TEST(JointPlanTest, MalformedProblemsAndChoicesAreRefused) {
   p.units[0].recomputable = false;
   EXPECT_THAT(EvaluateJoint(p, {true, false}).status().message(),
               HasSubstr("unit 0: recomputed but not recomputable"));
-  EXPECT_EQ(EvaluateJoint(p, {true}).status().code(),
+  EXPECT_EQ(EvaluateJoint(p, std::vector<bool>{true}).status().code(),
             StatusCode::kInvalidArgument);
   p.units[0].backward_ns = -1;
   EXPECT_THAT(PlanJoint(p).status().message(), HasSubstr("unit 0: times"));
@@ -409,19 +410,27 @@ rc::Gen<JointProblem> GenProblem(int most_units = 7,
 // is no slower than any single alternative (all kept, offload only, every
 // recomputable unit recomputed, each one alone).
 RC_GTEST_PROP(JointPlanProperties, BestAmongAlternativesAndWithinBudget, ()) {
-  const JointProblem p = *GenProblem();
+  JointProblem p = *GenProblem();
+  p.allow_recompute = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
   StatusOr<JointPlan> plan = PlanJoint(p);
   const int n = static_cast<int>(p.units.size());
-  std::vector<std::vector<bool>> alternatives = {std::vector<bool>(n, false)};
-  std::vector<bool> all(n, false);
+  std::vector<std::vector<UnitChoice>> alternatives = {
+      std::vector<UnitChoice>(n, K)};
+  std::vector<UnitChoice> all(n, K), all_selective(n, K);
   for (int i = 0; i < n; ++i) {
-    if (!p.units[i].recomputable) continue;
-    all[i] = true;
-    std::vector<bool> one(n, false);
-    one[i] = true;
+    if (!p.units[i].recomputable || !p.allow_recompute) continue;
+    all[i] = R;
+    all_selective[i] = p.units[i].selective ? S : R;
+    std::vector<UnitChoice> one(n, K);
+    one[i] = R;
     alternatives.push_back(one);
+    if (p.units[i].selective) {
+      one[i] = S;
+      alternatives.push_back(one);
+    }
   }
   alternatives.push_back(all);
+  alternatives.push_back(all_selective);
   if (!plan.ok()) {
     RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
     for (const auto& r : alternatives) RC_ASSERT(!EvaluateJoint(p, r).ok());
@@ -429,14 +438,25 @@ RC_GTEST_PROP(JointPlanProperties, BestAmongAlternativesAndWithinBudget, ()) {
   }
   RC_ASSERT(ValidateJointPlan(*plan, p).ok());
   RC_ASSERT(plan->peak_bytes <= p.budget);
+  for (int i = 0; i < n; ++i) {
+    if (plan->Selective(i)) RC_ASSERT(p.units[i].selective && p.allow_recompute);
+  }
   for (const auto& r : alternatives) {
     StatusOr<JointPlan> other = EvaluateJoint(p, r);
     if (other.ok()) RC_ASSERT(plan->step_ns <= other->step_ns);
   }
-  // Recompute never makes the step faster than the work itself.
-  double work = 0;
-  for (const UnitCost& u : p.units) work += u.forward_ns + u.backward_ns;
-  RC_ASSERT(plan->step_ns >= work);
+  // Re-runs never make the step faster than the work itself, and their
+  // times add up.
+  double work = 0, recompute = 0, selective = 0;
+  for (int i = 0; i < n; ++i) {
+    const UnitCost& u = p.units[i];
+    work += u.forward_ns + u.backward_ns;
+    if (plan->Recompute(i)) recompute += u.recompute_ns;
+    if (plan->Selective(i)) selective += u.selective_ns;
+  }
+  RC_ASSERT(plan->step_ns >= work + recompute + selective);
+  RC_ASSERT(plan->recompute_ns == recompute);
+  RC_ASSERT(plan->selective_ns == selective);
 }
 
 // The smallest budget is the least at which PlanJoint succeeds, checked

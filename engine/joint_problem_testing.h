@@ -15,6 +15,7 @@ namespace offload {
 // Units of 300 bytes, forward 100 ns, backward 200 ns; recomputing one
 // keeps its 30-byte input, takes 100 ns and holds 270 bytes during its
 // backward. Copies of 300 bytes at `gbps` (bytes per ns) take 300 / gbps ns.
+// Not selective (SelectiveStack below).
 inline JointProblem Stack(int units, double gbps, int64_t budget) {
   JointProblem p;
   for (int i = 0; i < units; ++i) {
@@ -33,10 +34,24 @@ inline JointProblem Stack(int units, double gbps, int64_t budget) {
   return p;
 }
 
+// Stack's units, each may be selective too: it keeps `kept` bytes (its input
+// and its costly ops' outputs) and re-runs its cheap ops in `ns`.
+inline JointProblem SelectiveStack(int units, double gbps, int64_t budget,
+                                   int64_t kept = 60, double ns = 10) {
+  JointProblem p = Stack(units, gbps, budget);
+  for (UnitCost& u : p.units) {
+    u.selective = true;
+    u.selective_bytes = kept;
+    u.selective_ns = ns;
+  }
+  return p;
+}
+
 // A random unit for the properties: up to `most_bytes` saved bytes, times
 // up to 2000 ns, recomputable or not, input and re-created bytes within its
-// saved bytes; half of them hold transients of up to `most_bytes` in their
-// forward and backward.
+// saved bytes; half of the recomputable ones may be selective (1 to
+// saved_bytes kept, a re-run up to 1000 ns); half of all hold transients
+// of up to `most_bytes` in their forward and backward.
 inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
   return rc::gen::exec([most_bytes] {
     UnitCost u;
@@ -47,6 +62,11 @@ inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
     u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
     u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
     u.recompute_ns = *rc::gen::inRange(0, 1000);
+    if (u.recomputable && *rc::gen::arbitrary<bool>()) {
+      u.selective = true;
+      u.selective_bytes = *rc::gen::inRange<int64_t>(1, u.saved_bytes + 1);
+      u.selective_ns = *rc::gen::inRange(0, 1000);
+    }
     if (*rc::gen::arbitrary<bool>()) {
       u.forward_transient_bytes =
           *rc::gen::inRange<int64_t>(0, most_bytes + 1);

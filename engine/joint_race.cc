@@ -222,10 +222,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   trials_.push_back(trial);
   all_trials_.push_back(trial);
   if (plan_.plan.offloaded_bytes > 0 && !calibrated_) {
-    std::vector<bool> recompute(plan_.plan.choice.size());
-    for (size_t i = 0; i < recompute.size(); ++i)
-      recompute[i] = plan_.plan.Recompute(i);
-    Calibrate(trial.step_ns, recompute);
+    Calibrate(trial.step_ns, plan_.plan.choice);
   }
   RaceStep out;
   if (!candidates_.empty()) {
@@ -279,6 +276,15 @@ void JointRace::SettleOnBest() {
 }
 
 void JointRace::Calibrate(double step_ns, const std::vector<bool>& recompute) {
+  std::vector<UnitChoice> choice(recompute.size(), UnitChoice::kKeep);
+  for (size_t i = 0; i < recompute.size(); ++i) {
+    if (recompute[i]) choice[i] = UnitChoice::kRecompute;
+  }
+  Calibrate(step_ns, choice);
+}
+
+void JointRace::Calibrate(double step_ns,
+                          const std::vector<UnitChoice>& choice) {
   calibrated_ = true;
   double outside_ns = std::numeric_limits<double>::infinity();
   for (const RaceTrial& t : all_trials_) {
@@ -293,7 +299,7 @@ void JointRace::Calibrate(double step_ns, const std::vector<bool>& recompute) {
     JointProblem p = base;
     p.d2h_gbps *= scale;
     p.h2d_gbps *= scale;
-    StatusOr<JointPlan> again = EvaluateJoint(p, recompute);
+    StatusOr<JointPlan> again = EvaluateJoint(p, choice);
     return again.ok() ? again->step_ns
                       : std::numeric_limits<double>::infinity();
   };

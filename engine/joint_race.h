@@ -9,9 +9,10 @@
 //  - Start: the joint plan for the units' budget (the budget less a margin
 //    and the bytes outside the units) and, as candidates, the
 //    recompute-only and offload-only plans and checkpointing's own choice
-//    (the fewest first units recomputed that fit). A budget no plan fits
-//    is refused (refusal(): the caller raises it once) and the smallest
-//    that fits is planned instead.
+//    (the fewest first units recomputed in full that fit). The joint and
+//    recompute-only plans may hold selective units (where the units allow
+//    them). A budget no plan fits is refused (refusal(): the caller raises
+//    it once) and the smallest that fits is planned instead.
 //  - Race: each candidate runs runs_per_candidate times; the first run
 //    (pinned buffers allocated) does not count, the least step and the
 //    highest peak of the others are its trial. The first trial of a plan
@@ -106,12 +107,15 @@ class JointRace {
   // REQUIRES: a trial since Start (all_trials() not empty).
   void SettleOnBest();
 
-  // Fits the copy bandwidths to a measured step of a plan that recomputes
-  // `recompute`: the fraction (1/16 to 1) of them at which the model
+  // Fits the copy bandwidths to a measured step of a plan of `choice` (its
+  // recomputed and selective units matter; kept and offloaded ones follow
+  // from the budget): the fraction (1/16 to 1) of them at which the model
   // predicts `step_ns` less the time outside the units (what plans without
   // copies measured above their prediction, the least of them). Where the
   // model predicted less than measured, lowers them and puts the joint plan
   // made with them first among the candidates if its choice is new.
+  void Calibrate(double step_ns, const std::vector<UnitChoice>& choice);
+  // The same, `recompute[i]` true for a unit recomputed in full.
   void Calibrate(double step_ns, const std::vector<bool>& recompute);
 
   const JointPlan& plan() const { return plan_.plan; }

@@ -24,7 +24,10 @@ using ::testing::IsEmpty;
 std::string Choices(const JointPlan& plan) {
   std::string out;
   for (UnitChoice c : plan.choice) {
-    out += c == UnitChoice::kKeep ? 'K' : c == UnitChoice::kOffload ? 'O' : 'R';
+    out += c == UnitChoice::kKeep        ? 'K'
+           : c == UnitChoice::kOffload   ? 'O'
+           : c == UnitChoice::kSelective ? 'S'
+                                         : 'R';
   }
   return out;
 }
@@ -204,6 +207,32 @@ TEST(JointRaceTest, ASlowerMeasuredStepFitsTheBandwidthsAndPlansAgain) {
   const double fitted_gbps = race.d2h_gbps();
   race.Calibrate(0.0, Recomputed(race.plan()));
   EXPECT_EQ(race.d2h_gbps(), fitted_gbps);
+}
+
+// Selective units (SelectiveStack: 60 bytes kept, 10 ns re-runs) at 3
+// B/ns, budget 700: the candidates may hold selective units, and Calibrate fits
+// the bandwidths to a measured step of a choice with one, the selective
+// re-run counted (a plan of {K, S, K, K} releases unit 0 for unit 3).
+TEST(JointRaceTest, CalibratesAPlanWithSelectiveUnits) {
+  const JointProblem units = SelectiveStack(4, 3.0, 1);
+  JointRace race(units.units, 3.0, 3.0, 700, 0, true, true, {0, 1, 2, 3},
+                 JointRaceOptions{.margin = 0});
+  ASSERT_OK(race.Start());
+  // Copies that hide win the joint plan (OOKK); the recompute-only
+  // candidate re-runs three units selectively.
+  EXPECT_EQ(Choices(race.plan()), "OOKK");
+  ASSERT_FALSE(race.candidates().empty());
+  EXPECT_EQ(Choices(race.candidates()[0].plan), "SSSK");
+  JointProblem slow = SelectiveStack(4, 0.75, race.units_budget());
+  const std::vector<UnitChoice> choice = {
+      UnitChoice::kKeep, UnitChoice::kSelective, UnitChoice::kKeep,
+      UnitChoice::kKeep};
+  ASSERT_OK_AND_ASSIGN(JointPlan predicted, EvaluateJoint(slow, choice));
+  ASSERT_EQ(Choices(predicted), "OSKK");
+  race.Calibrate(predicted.step_ns, choice);
+  EXPECT_TRUE(race.calibrated());
+  EXPECT_NEAR(race.d2h_gbps(), 0.75, 0.01);
+  EXPECT_NEAR(race.h2d_gbps(), 0.75, 0.01);
 }
 
 // Budget 200 with 50 bytes outside and the 1% margin leaves the units 148;

@@ -1,0 +1,50 @@
+// Private to the joint plan's library (engine/joint_plan.h): the model's
+// per-unit rules shared by its evaluation (joint_model.cc, EvaluateJoint)
+// and its searches (joint_plan.cc, PlanJoint and SmallestJointBudget).
+
+#ifndef OFFLOAD_ENGINE_JOINT_MODEL_H_
+#define OFFLOAD_ENGINE_JOINT_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "engine/joint_plan.h"
+
+namespace offload {
+namespace joint_internal {
+
+inline std::string UnitName(int unit) { return "unit " + std::to_string(unit); }
+
+inline std::string Bytes(int64_t b) { return std::to_string(b) + " bytes"; }
+
+// Whether the unit re-runs (fully or selectively) before its backward.
+inline bool ReRuns(UnitChoice c) {
+  return c == UnitChoice::kRecompute || c == UnitChoice::kSelective;
+}
+
+// The bytes it saves in the forward, when not offloaded, under `c` (only
+// kRecompute and kSelective matter).
+inline int64_t ForwardBytes(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.input_bytes;
+  if (c == UnitChoice::kSelective) return u.selective_bytes;
+  return u.saved_bytes;
+}
+
+// The bytes its re-run re-creates and holds until its backward ends.
+inline int64_t RecreatedBytes(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.recompute_bytes;
+  if (c == UnitChoice::kSelective) return u.saved_bytes - u.selective_bytes;
+  return 0;
+}
+
+// The time its re-run adds before its backward.
+inline double ReRunNs(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) return u.recompute_ns;
+  if (c == UnitChoice::kSelective) return u.selective_ns;
+  return 0;
+}
+
+}  // namespace joint_internal
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_JOINT_MODEL_H_

@@ -1,0 +1,204 @@
+// The joint plan's fourth choice, selective recompute (SPEC §4.8;
+// engine/joint_plan.h), on cases worked by hand in the comments. The
+// properties of joint_plan_test.cc and joint_limit_test.cc cover it over
+// random problems (GenUnitCost makes selective units).
+
+#include <string>
+#include <vector>
+
+#include "engine/joint_plan.h"
+#include "engine/joint_problem_testing.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr UnitChoice K = UnitChoice::kKeep;
+constexpr UnitChoice O = UnitChoice::kOffload;
+constexpr UnitChoice R = UnitChoice::kRecompute;
+constexpr UnitChoice S = UnitChoice::kSelective;
+
+// Selective recompute (SPEC §4.8). SelectiveStack(3, 0.1, 600): each unit
+// may keep 60 of its 300 bytes and re-run its cheap ops in 10 ns, where a
+// full re-run takes 100 ns. Copies are too slow to help (3000 ns each).
+//  - Selective units 0 and 1: forward 60 + 60 + 300 = 420; backward: unit
+//    2 with 420 on device, unit 1 with 60 + 60 + 240 re-created = 360,
+//    unit 0 with 300. Step 900 + 2 x 10 = 920.
+//  - One re-run unit is too few (300 + 300 + 60 > 600), so full recompute
+//    of units 0 and 1 (SlowCopiesMakeRecomputeWin) is the best without
+//    selective: 1100.
+TEST(JointPlanTest, PicksSelectiveWhereItsReRunIsCheap) {
+  JointProblem p = SelectiveStack(3, 0.1, 600);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(S, S, K));
+  EXPECT_TRUE(plan.Selective(0));
+  EXPECT_FALSE(plan.Recompute(0));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 920);
+  EXPECT_DOUBLE_EQ(plan.selective_ns, 20);
+  EXPECT_DOUBLE_EQ(plan.recompute_ns, 0);
+  EXPECT_EQ(plan.peak_bytes, 420);
+  EXPECT_OK(ValidateJointPlan(plan, p));
+  // Every unit recomputed in full fits too, and is slower.
+  ASSERT_OK_AND_ASSIGN(JointPlan full, EvaluateJoint(p, {R, R, R}));
+  EXPECT_GT(full.step_ns, plan.step_ns);
+  // Where selective is not allowed it is never chosen.
+  for (UnitCost& u : p.units) u.selective = false;
+  ASSERT_OK_AND_ASSIGN(plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(R, R, K));
+  EXPECT_DOUBLE_EQ(plan.step_ns, 1100);
+  EXPECT_DOUBLE_EQ(plan.selective_ns, 0);
+  p = SelectiveStack(3, 0.1, 600);
+  p.units[0].selective = false;  // only unit 1 or 2 may: 300 + 60 + 60
+  ASSERT_OK_AND_ASSIGN(plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(R, S, K));
+  // An offload-only problem re-runs nothing, selective or not.
+  p = SelectiveStack(3, 0.1, 600);
+  p.allow_recompute = false;
+  ASSERT_OK_AND_ASSIGN(plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(O, K, K));
+  EXPECT_THAT(EvaluateJoint(p, {S, K, K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: selective but recompute not "
+                                 "allowed")));
+}
+
+// Checkpointing only. Unit 0 (300 bytes) recomputed in full keeps its
+// 30-byte input and re-creates all 300 bytes beside it: 330 in its
+// backward; selective, it keeps 100 and re-creates 200: 300. Unit 1 (150
+// bytes) cannot be recomputed. Budget 320:
+//  - keep both: 450 in unit 1's forward;
+//  - recompute unit 0: forward 180, but 330 in unit 0's backward;
+//  - selective unit 0: forward 100 + 150, backward 250 then 300. It fits.
+TEST(JointPlanTest, ABudgetOnlySelectiveMeetsIsMet) {
+  JointProblem p = SelectiveStack(2, 1.0, 320, /*kept=*/100, /*ns=*/40);
+  p.allow_offload = false;
+  p.units[0].recompute_bytes = 300;
+  p.units[1].saved_bytes = 150;
+  p.units[1].recomputable = false;
+  p.units[1].selective = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(S, K));
+  EXPECT_EQ(plan.peak_bytes, 300);
+  EXPECT_DOUBLE_EQ(plan.step_ns, 600 + 40);
+  EXPECT_THAT(EvaluateJoint(p, {R, K}).status().message(),
+              HasSubstr("while unit 0 runs, 330"));
+  EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(300));
+  p.units[0].selective = false;
+  EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(330));
+}
+
+// Units 0..2 of 300 bytes, nothing released (roomy, checkpointing only);
+// unit 1 selective keeps 100 bytes and re-runs in 40 ns.
+//  - Forward: 300 + 100 + 300 = 700, the peak (saved_bytes would be 900).
+//  - Backward: unit 2 with 700; unit 1 with 300 + 100 + 200 re-created =
+//    600; unit 0 with 300. Step 900 + 40.
+//  - Its backward's peak follows recompute's rule: 350 bytes of
+//    temporaries make it 950; a forward transient of 400 (re-run before
+//    the backward) 1000.
+TEST(JointPlanTest, EvaluatingASelectiveUnitCountsItsBytesAndTime) {
+  JointProblem p = SelectiveStack(3, 1.0, 10000, /*kept=*/100, /*ns=*/40);
+  p.allow_offload = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_THAT(plan.choice, ElementsAre(K, S, K));
+  EXPECT_EQ(plan.peak_bytes, 700);
+  EXPECT_DOUBLE_EQ(plan.step_ns, 940);
+  EXPECT_DOUBLE_EQ(plan.selective_ns, 40);
+  EXPECT_DOUBLE_EQ(plan.recompute_ns, 0);
+  p.budget = 699;
+  EXPECT_THAT(EvaluateJoint(p, {K, S, K}).status().message(),
+              HasSubstr("too small in the forward: unit 2"));
+  p.budget = 10000;
+  p.units[1].backward_transient_bytes = 350;
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_EQ(plan.peak_bytes, 950);
+  p.budget = 949;
+  EXPECT_THAT(EvaluateJoint(p, {K, S, K}).status().message(),
+              HasSubstr("while unit 1 runs, 950"));
+  p.budget = 10000;
+  p.units[1].backward_transient_bytes = 0;
+  p.units[1].forward_transient_bytes = 400;
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_EQ(plan.peak_bytes, 1000);
+  // Keep and offload in the choice follow from the forward rule.
+  ASSERT_OK_AND_ASSIGN(JointPlan same, EvaluateJoint(p, {O, S, O}));
+  EXPECT_THAT(same.choice, ElementsAre(K, S, K));
+}
+
+// A selective unit is never released for room: budget 500 with copies of
+// 30 ns. Unit 2's 300 bytes beside units 0 and 1 make 660: unit 1,
+// selective (60 bytes), stays, and unit 0 goes to host.
+TEST(JointPlanTest, ASelectiveUnitIsNeverOffloaded) {
+  JointProblem p = SelectiveStack(3, 10.0, 500);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_THAT(plan.choice, ElementsAre(O, S, K));
+  EXPECT_EQ(plan.offloaded_bytes, 300);
+}
+
+TEST(JointPlanTest, MalformedSelectiveUnitsAreRefused) {
+  JointProblem p = SelectiveStack(2, 1.0, 600);
+  p.units[1].selective_bytes = 0;
+  EXPECT_THAT(PlanJoint(p), StatusIs(StatusCode::kInvalidArgument,
+                                     HasSubstr("unit 1: selective_bytes 0")));
+  p.units[1].selective_bytes = 301;
+  EXPECT_THAT(ValidateJointProblem(p).message(),
+              HasSubstr("unit 1: selective_bytes 301 must be positive and "
+                        "within saved_bytes 300"));
+  p = SelectiveStack(2, 1.0, 600);
+  p.units[0].selective_ns = -1;
+  EXPECT_THAT(SmallestJointBudget(p),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: selective_ns must be finite")));
+  p = SelectiveStack(2, 1.0, 600);
+  p.units[0].recomputable = false;
+  EXPECT_THAT(PlanJoint(p).status().message(),
+              HasSubstr("unit 0: selective requires recomputable"));
+  p.units[0].selective = false;
+  EXPECT_THAT(EvaluateJoint(p, {S, K}).status().message(),
+              HasSubstr("unit 0: selective but not selective"));
+  // Not selective: its selective figures are not looked at.
+  p.units[0].selective_bytes = 0;
+  EXPECT_OK(PlanJoint(p).status());
+  EXPECT_THAT(EvaluateJoint(p, {K, S, K}).status().message(),
+              HasSubstr("3 choices for 2 units"));
+}
+
+TEST(JointPlanTest, FormatShowsSelective) {
+  const JointProblem p = SelectiveStack(3, 0.1, 600);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  const std::string text = FormatJointPlan(plan, p);
+  EXPECT_THAT(text, HasSubstr("recompute_ms  selective_ms  choice"));
+  EXPECT_THAT(text, HasSubstr("   0          300   0.000   0.000         "
+                              "0.000         0.000  selective"));
+  EXPECT_THAT(text, HasSubstr("recompute 0.000 ms, selective 0.000 ms)"));
+}
+
+// Ten units that may be selective: 3^10 assignments, all tried; eleven:
+// the greedy search, which tries both kinds per unit (and, its first rounds
+// adding the roomiest, full re-runs, then turns them selective). Both find
+// plans that fit, faster than without selective. Ten and eleven units
+// re-run 5 and 7 selectively (300 x 11 - 240 x 7 <= 1650), nothing in
+// full; of 24, the greedy rounds leave some full re-runs (no swap fits).
+TEST(JointPlanTest, SelectiveUnitsInBothSearches) {
+  for (int units : {10, 11, 24}) {
+    JointProblem p = SelectiveStack(units, 0.1, 300 * units / 2);
+    ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+    EXPECT_OK(ValidateJointPlan(plan, p));
+    EXPECT_LE(plan.peak_bytes, p.budget);
+    EXPECT_GT(plan.selective_ns, 0) << units;
+    if (units <= 11) {
+      EXPECT_DOUBLE_EQ(plan.recompute_ns, 0) << units;
+    }
+    for (UnitCost& u : p.units) u.selective = false;
+    ASSERT_OK_AND_ASSIGN(JointPlan full, PlanJoint(p));
+    EXPECT_LT(plan.step_ns, full.step_ns) << units;
+  }
+}
+
+}  // namespace
+}  // namespace offload
