@@ -95,6 +95,25 @@ def te_forward(ctx, sync):
     return forward
 
 
+def smallest_budget(make_ctx, model, x):
+    """The smallest byte budget the engine's plan (SPEC §4.7) fits for
+    `model` on `x`, as its refusal of a one-byte budget names it.
+    `make_ctx(budget_bytes)` makes the OffloadActivations. The number
+    depends on what the torch version saves, so tests that must not be
+    refused ask for at least this."""
+    import re
+    ctx = make_ctx(1)
+    for _ in range(2):
+        try:
+            train_step(model, x, whole_forward(ctx))
+        except ValueError as refusal:
+            found = re.search(r"smallest budget that fits this workload is (\d+)",
+                              str(refusal))
+            assert found, refusal
+            return int(found.group(1))
+    raise AssertionError("a budget of one byte was not refused")
+
+
 def whole_forward(ctx):
     """A forward for train_step with the whole model inside the context
     (torchtune's usage)."""

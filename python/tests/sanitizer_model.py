@@ -17,7 +17,9 @@ ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=2, model_layers=
                                                min_offload_size=1024)
 
 
-whole = actoffload.OffloadActivations(model, budget_bytes=16 << 20, min_offload_size=1024)
+# Half the no-offload peak: a budget the joint plan meets (a refused one
+# would raise at the next forward, SPEC §7.8).
+whole = actoffload.OffloadActivations(model, budget_fraction=0.5, min_offload_size=1024)
 
 
 def budget(model, x):

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import actoffload
-from models import (Stack, assert_identical, recorded_bytes, te_forward, te_manual_forward,
-                    train_step, whole_forward)
+from models import (Stack, assert_identical, recorded_bytes, smallest_budget, te_forward,
+                    te_manual_forward, train_step, whole_forward)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU")
@@ -46,8 +46,9 @@ def test_byte_budget_on_cuda_is_bit_identical():
     # layers would make it the joint budget, test_gpu_budget.py), a third of
     # what a recording saves, as the simulator's test does.
     total = recorded_bytes(model, x, min_offload_size=MIN, backend="cuda")
-    ctx = actoffload.OffloadActivations(budget_bytes=total // 3, min_offload_size=MIN,
-                                        backend="cuda")
+    make = lambda budget: actoffload.OffloadActivations(  # noqa: E731
+        budget_bytes=budget, min_offload_size=MIN, backend="cuda")
+    ctx = make(max(total // 3, smallest_budget(make, model, x)))
     for _ in range(3):
         assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_reloaded"] > 0

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import actoffload
-from models import Stack, assert_identical, recorded_bytes, train_step, whole_forward
+from models import (Stack, assert_identical, recorded_bytes, smallest_budget, train_step,
+                    whole_forward)
 
 MIN = 4096  # bytes (torchtune's unit): the test tensors are small
 
@@ -62,8 +63,9 @@ def test_byte_budget_never_releases_what_the_caller_holds():
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
     total = recorded_bytes(model, x, min_offload_size=MIN, backend="sim")
-    ctx = actoffload.OffloadActivations(budget_bytes=total // 3, min_offload_size=MIN,
-                                        backend="sim")
+    make = lambda budget: actoffload.OffloadActivations(  # noqa: E731
+        budget_bytes=budget, min_offload_size=MIN, backend="sim")
+    ctx = make(max(total // 3, smallest_budget(make, model, x)))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "... saved no memory" would raise
         for _ in range(3):
@@ -79,8 +81,9 @@ def test_byte_budget_with_layers():
     model = Stack(layers=4)
     x = torch.randn(2, 64, 64)
     reference = train_step(model, x)
-    ctx = actoffload.OffloadActivations(model.layers, budget_bytes=1 << 20,
-                                        min_offload_size=MIN, backend="sim")
+    make = lambda budget: actoffload.OffloadActivations(  # noqa: E731
+        model.layers, budget_bytes=budget, min_offload_size=MIN, backend="sim")
+    ctx = make(max(1 << 20, smallest_budget(make, model, x)))
     for _ in range(3):
         assert_identical(reference, train_step(model, x, whole_forward(ctx)))
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
