@@ -265,3 +265,56 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
     joint._calibrated, after = False, joint.bandwidths
     joint._calibrate(0.0, offloading)
     assert joint.bandwidths == after
+
+
+def _selective_stack(n, kept=60, selective_ns=10.0):
+    """engine/joint_problem_testing.h's SelectiveStack: units of 300 bytes,
+    forward 100 ns, backward 200 ns; a full re-run keeps 30 bytes and takes
+    100 ns, a selective one keeps `kept` and re-runs in `selective_ns`."""
+    return [dict(saved_bytes=300, forward_ns=100, backward_ns=200,
+                 recomputable=True, input_bytes=30, recompute_ns=100,
+                 recompute_bytes=270, selective=True, selective_bytes=kept,
+                 selective_ns=selective_ns) for _ in range(n)]
+
+
+def test_the_planner_chooses_selective_recompute_and_evaluates_choice_names():
+    # Copies at 0.1 B/ns are too slow: re-running units 0 and 1 selectively
+    # (60 bytes kept, 10 ns) beats recomputing them (100 ns): 900 + 20.
+    ext = _common.ext()
+    units = _selective_stack(3)
+    plan = ext.plan_joint(units, 0.1, 0.1, 600, True, True)
+    assert plan["choice"] == ["selective", "selective", "keep"]
+    assert plan["step_ns"] == 920 and plan["selective_ns"] == 20
+    assert plan["recompute_ns"] == 0 and plan["peak_bytes"] == 420
+    assert "selective_ms" in plan["text"]
+    # Choice names (keep and offload follow from the budget) or bools.
+    same = ext.evaluate_joint(units, 0.1, 0.1, 600,
+                              ["selective", "selective", "offload"], True)
+    assert same["choice"] == plan["choice"] and same["step_ns"] == 920
+    full = ext.evaluate_joint(units, 0.1, 0.1, 600, [True, True, False], True)
+    assert full["choice"] == ["recompute", "recompute", "keep"]
+    assert full["step_ns"] == 1100 and full["selective_ns"] == 0
+    # Not selective (the keys absent, as for existing callers), or
+    # recompute not allowed: never chosen.
+    plain = [{k: v for k, v in u.items() if not k.startswith("selective")}
+             for u in units]
+    assert ext.plan_joint(plain, 0.1, 0.1, 600, True, True)["choice"] == [
+        "recompute", "recompute", "keep"]
+    assert "selective" not in ext.plan_joint(units, 0.1, 0.1, 600, True, False)["choice"]
+    with pytest.raises(Exception, match="unit 0: selective but not selective"):
+        ext.evaluate_joint(plain, 0.1, 0.1, 600, ["selective", "keep", "keep"], True)
+    with pytest.raises(ValueError, match="unknown unit choice 'fast'"):
+        ext.evaluate_joint(units, 0.1, 0.1, 600, ["fast", "keep", "keep"], True)
+    bad = _selective_stack(2, kept=0)
+    with pytest.raises(Exception, match="unit 0: selective_bytes 0"):
+        ext.plan_joint(bad, 0.1, 0.1, 600, True, True)
+    # The limit is never above the plan; the race calibrates a selective plan.
+    assert ext.joint_limit(units, 0.1, 0.1, 600)["step_ns"] <= plan["step_ns"]
+    race = ext.JointRace(_selective_stack(4), 3.0, 3.0, 700, 0, True, True,
+                         [0, 1, 2, 3], margin=0.0)
+    race.start()
+    slow = ext.evaluate_joint(_selective_stack(4), 0.75, 0.75, race.units_budget,
+                              ["keep", "selective", "keep", "keep"], True)
+    assert slow["choice"] == ["offload", "selective", "keep", "keep"]
+    race.calibrate(slow["step_ns"], slow["choice"])
+    assert race.bandwidths[0] == pytest.approx(0.75, rel=0.02)

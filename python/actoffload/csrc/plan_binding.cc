@@ -1,6 +1,6 @@
 // actoffload._C.plan_joint, evaluate_joint, smallest_joint_budget and
 // joint_limit: the engine's joint
-// keep / offload / recompute planner (engine/joint_plan.h, SPEC §4.8) for
+// keep / offload / recompute / selective planner (engine/joint_plan.h, SPEC §4.8) for
 // the profile the package measures (actoffload/budget.py). One engine call
 // each; Python does not plan. actoffload._C.JointRace: the warm-up race
 // that picks the plan the budget mode keeps (engine/joint_race.h).
@@ -23,8 +23,9 @@ namespace {
 namespace py = pybind11;
 
 // A unit from a dict with UnitCost's field names (missing ones are 0,
-// offloadable true; forward_transient_bytes and backward_transient_bytes
-// are optional too).
+// offloadable true; forward_transient_bytes, backward_transient_bytes and
+// selective recompute's selective, selective_bytes and selective_ns are
+// optional too: absent, the unit is not selective).
 offload::UnitCost UnitOf(const py::dict& d) {
   auto get = [&](const char* key) -> py::object {
     return d.contains(key) ? d[key] : py::object(py::int_(0));
@@ -40,7 +41,35 @@ offload::UnitCost UnitOf(const py::dict& d) {
   u.offloadable = d.contains("offloadable") ? d["offloadable"].cast<bool>() : true;
   u.forward_transient_bytes = get("forward_transient_bytes").cast<int64_t>();
   u.backward_transient_bytes = get("backward_transient_bytes").cast<int64_t>();
+  u.selective = d.contains("selective") ? d["selective"].cast<bool>() : false;
+  u.selective_bytes = get("selective_bytes").cast<int64_t>();
+  u.selective_ns = get("selective_ns").cast<double>();
   return u;
+}
+
+// A choice from its name (UnitChoiceName's).
+offload::UnitChoice ChoiceOf(const std::string& name) {
+  for (offload::UnitChoice c :
+       {offload::UnitChoice::kKeep, offload::UnitChoice::kOffload,
+        offload::UnitChoice::kRecompute, offload::UnitChoice::kSelective}) {
+    if (name == offload::UnitChoiceName(c)) return c;
+  }
+  throw py::value_error("unknown unit choice '" + name +
+                        "': keep, offload, recompute or selective");
+}
+
+// Per unit: a bool (true: recomputed in full) or a choice's name.
+std::vector<offload::UnitChoice> ChoicesOf(const py::sequence& items) {
+  std::vector<offload::UnitChoice> out;
+  for (const py::handle item : items) {
+    if (py::isinstance<py::str>(item)) {
+      out.push_back(ChoiceOf(item.cast<std::string>()));
+    } else {
+      out.push_back(item.cast<bool>() ? offload::UnitChoice::kRecompute
+                                      : offload::UnitChoice::kKeep);
+    }
+  }
+  return out;
 }
 
 offload::JointProblem ProblemOf(const std::vector<py::dict>& units,
@@ -68,6 +97,7 @@ py::dict PlanDict(const offload::JointPlan& plan,
   out["step_ns"] = plan.step_ns;
   out["stall_ns"] = plan.stall_ns;
   out["recompute_ns"] = plan.recompute_ns;
+  out["selective_ns"] = plan.selective_ns;
   out["peak_bytes"] = plan.peak_bytes;
   out["offloaded_bytes"] = plan.offloaded_bytes;
   out["released_during"] = plan.released_during;
@@ -145,11 +175,9 @@ void BindJointRace(py::module& m) {
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
               const std::vector<std::string>& choice) {
-             std::vector<bool> recompute;
-             for (const std::string& c : choice) {
-               recompute.push_back(c == "recompute");
-             }
-             r.Calibrate(step_ns, recompute);
+             std::vector<offload::UnitChoice> choices;
+             for (const std::string& c : choice) choices.push_back(ChoiceOf(c));
+             r.Calibrate(step_ns, choices);
            },
            py::arg("step_ns"), py::arg("choice"))
       .def_property_readonly("plan",
@@ -218,19 +246,21 @@ void BindJointPlan(py::module& m) {
   m.def(
       "evaluate_joint",
       [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,
-         int64_t budget, const std::vector<bool>& recompute, bool allow_offload)
+         int64_t budget, const py::sequence& recompute, bool allow_offload)
           -> py::object {
         const offload::JointProblem p = ProblemOf(
             units, d2h_gbps, h2d_gbps, budget, allow_offload, true);
         offload::StatusOr<offload::JointPlan> plan =
-            offload::EvaluateJoint(p, recompute);
+            offload::EvaluateJoint(p, ChoicesOf(recompute));
         if (plan.status().code() == offload::StatusCode::kResourceExhausted) {
           return py::none();
         }
         return PlanDict(ValueOrThrow(std::move(plan)), p);
       },
-      "EvaluateJoint: the plan (dict) for the given recomputed units, or None "
-      "when it does not fit the budget",
+      "EvaluateJoint: the plan (dict) for the given choice, or None when it "
+      "does not fit the budget. `recompute`: per unit a bool (recomputed in "
+      "full) or a choice's name (keep, offload, recompute, selective; keep "
+      "and offload follow from the budget)",
       py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
       py::arg("budget"), py::arg("recompute"), py::arg("allow_offload") = true);
   m.def(
