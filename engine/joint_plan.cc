@@ -143,6 +143,16 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& p) {
     // two may.
     std::vector<UnitChoice> r(n, UnitChoice::kKeep);
     consider(r);
+    // Every unit re-run in full, and selectively where it may: the greedy
+    // rounds' last set mixes the kinds.
+    std::vector<UnitChoice> all_full = r, all_selective = r;
+    for (int i : candidates) {
+      all_full[i] = UnitChoice::kRecompute;
+      all_selective[i] =
+          p.units[i].selective ? UnitChoice::kSelective : UnitChoice::kRecompute;
+    }
+    consider(all_full);
+    consider(all_selective);
     for (int round = 0; round < c; ++round) {
       int pick = -1, roomiest = -1;
       UnitChoice pick_kind = UnitChoice::kKeep, roomiest_kind = pick_kind;

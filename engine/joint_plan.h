@@ -145,7 +145,8 @@ inline constexpr int64_t kJointExhaustiveAssignments = 65536;
 // allows it} to the recomputable units when there are at most
 // kJointExhaustiveAssignments; with more, it grows the set greedily one
 // unit per round (the unit and kind, full or selective, giving the least
-// step) from none to all, keeps the best plan seen, then turns its full
+// step) from none to all, keeps the best plan seen (every unit re-run in
+// full, and selectively where it may, are seen too), then turns its full
 // re-runs selective one at a time while that makes it better.
 // Errors: kInvalidArgument for a malformed problem (ValidateJointProblem);
 //   kResourceExhausted naming the budget and the smallest bytes any plan
@@ -157,10 +158,10 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 // units only for its own room, so a budget large enough for the forward to
 // keep a unit can be too small for a later backward's peak beside it (a
 // backward transient or re-created bytes above the forward's), where a
-// smaller budget, which releases that unit, fits. So for each set of
-// recomputed units PlanJoint tries, it splits the budgets by how many units
-// the forward releases (success is monotone within each part) and
-// binary-searches the parts. With more than kJointExhaustiveAssignments
+// smaller budget, which releases that unit, fits. So for each assignment
+// of re-runs (recompute, selective) PlanJoint tries, it splits the budgets
+// by how many units the forward releases (success is monotone within each
+// part) and binary-searches the parts. With more than kJointExhaustiveAssignments
 // (PlanJoint's greedy search, whose sets depend on the budget) it
 // binary-searches PlanJoint itself: a budget that fits where one byte less
 // does not, the least one where success is monotone.

@@ -1,7 +1,8 @@
 // The joint plan's fourth choice, selective recompute (SPEC §4.8;
-// engine/joint_plan.h), on cases worked by hand in the comments. The
-// properties of joint_plan_test.cc and joint_limit_test.cc cover it over
-// random problems (GenUnitCost makes selective units).
+// engine/joint_plan.h), on cases worked by hand in the comments, and the
+// greedy search's property with selective units. The properties of
+// joint_plan_test.cc and joint_limit_test.cc cover it over small random
+// problems too (GenUnitCost makes selective units).
 
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "engine/joint_problem_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -197,6 +199,57 @@ TEST(JointPlanTest, SelectiveUnitsInBothSearches) {
     for (UnitCost& u : p.units) u.selective = false;
     ASSERT_OK_AND_ASSIGN(JointPlan full, PlanJoint(p));
     EXPECT_LT(plan.step_ns, full.step_ns) << units;
+  }
+}
+
+// With more assignments than PlanJoint tries one by one (11 to 13 units,
+// most of them selective: the greedy search), the plan still validates and
+// is no slower than nothing re-run, any one unit re-run (either kind), or
+// every unit re-run in full or selectively.
+RC_GTEST_PROP(JointPlanProperties, TheGreedySearchBeatsTheSimpleAlternatives,
+              ()) {
+  JointProblem p;
+  p.d2h_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+  p.h2d_gbps = *rc::gen::element(0.01, 0.1, 1.0, 10.0);
+  const int n = *rc::gen::inRange(11, 14);
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    UnitCost u = *GenUnitCost();
+    u.recomputable = true;
+    if (*rc::gen::weightedElement<bool>({{4, true}, {1, false}})) {
+      u.selective = true;
+      u.selective_bytes = *rc::gen::inRange<int64_t>(1, u.saved_bytes + 1);
+      u.selective_ns = *rc::gen::inRange(0, 1000);
+    }
+    total += u.saved_bytes;
+    p.units.push_back(u);
+  }
+  p.budget = *rc::gen::inRange<int64_t>(total / 4 + 1, total + 1);
+  StatusOr<JointPlan> plan = PlanJoint(p);
+  std::vector<std::vector<UnitChoice>> alternatives = {
+      std::vector<UnitChoice>(n, K)};
+  std::vector<UnitChoice> all(n, R), all_selective(n, R);
+  for (int i = 0; i < n; ++i) {
+    if (p.units[i].selective) all_selective[i] = S;
+    std::vector<UnitChoice> one(n, K);
+    one[i] = R;
+    alternatives.push_back(one);
+    if (p.units[i].selective) {
+      one[i] = S;
+      alternatives.push_back(one);
+    }
+  }
+  alternatives.push_back(all);
+  alternatives.push_back(all_selective);
+  if (!plan.ok()) {
+    RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
+    for (const auto& r : alternatives) RC_ASSERT(!EvaluateJoint(p, r).ok());
+    return;
+  }
+  RC_ASSERT(ValidateJointPlan(*plan, p).ok());
+  for (const auto& r : alternatives) {
+    StatusOr<JointPlan> other = EvaluateJoint(p, r);
+    if (other.ok()) RC_ASSERT(plan->step_ns <= other->step_ns);
   }
 }
 
