@@ -22,6 +22,10 @@ before the forward. Its life:
      one more unit, never offloaded or recomputed. To read each stretch's
      peak, the profile iteration resets the allocator's peak counter at
      unit boundaries: its own max_memory_allocated() is the last stretch's.
+     Where the torch version has selective-checkpoint policies, a second
+     profile iteration runs every recomputable unit selectively
+     (recompute.py): the bytes each then saves and the time its backward
+     gains are its figures for the fourth choice, "selective".
   2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -45,7 +49,7 @@ import warnings
 
 import torch
 
-from . import _common, recompute
+from . import _common, budget_profile, recompute
 from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
 # Names of the attention and MLP blocks inside a decoder layer (Hugging Face
@@ -130,8 +134,9 @@ class JointBudget:
         self._retired = []  # loops whose graphs may still be alive
         self._wrappers = {}   # unit index -> its recompute.Checkpointed forward
         self._in_forward = False  # between the context's enter and exit
-        self._recomputing = set()  # units the plan in force recomputes
+        self._recomputing = {}  # unit -> "recompute" or "selective", as planned
         self._record = None  # this iteration's measurements while measuring
+        self._profiles = []  # the profile iterations' records (all, then selective)
         self._clock = None
 
     # --- the race's state (engine/joint_race.h) --------------------------------
@@ -211,7 +216,7 @@ class JointBudget:
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None,
-            "profile": self.plan is None,
+            "profile": self.plan is None, "selective": self._profiling_selective(),
             # The profile's peaks, per stretch of the step (the allocator's
             # peak counter is read and reset at each unit's boundaries):
             # each unit's forward, the head (from the last unit's forward's
@@ -284,7 +289,10 @@ class JointBudget:
                           f"iteration's forward; profiling again", stacklevel=2)
             return
         if record["profile"]:
-            self._make_profile(record)
+            self._profiles.append(record)
+            if self._wants_selective_profile():
+                return  # the next iteration profiles the selective choice
+            self._make_profile(*self._profiles)
             self._start_race()
         elif self.plan is not None:
             step = self._clock.ns(record["start"], record["end"])
@@ -294,60 +302,25 @@ class JointBudget:
             self._apply(self._race.plan)
 
     # --- profile, plan, calibration ---------------------------------------------
-    def _make_profile(self, r):
+    def _selective_allowed(self, index):
+        return (self.allow_recompute and recompute.selective_available()
+                and not recompute.compiled(self.units[index]))
+
+    def _wants_selective_profile(self):
+        """After the first profile iteration: whether a second one runs the
+        recomputable units selectively."""
+        return len(self._profiles) == 1 and any(
+            self._selective_allowed(i) for i in range(len(self.units)))
+
+    def _profiling_selective(self):
+        return self.plan is None and len(self._profiles) == 1
+
+    def _make_profile(self, r, selective=None):
         n = len(self.units)
-        fwd = [self._clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
-        bwd = [None] * n
-        for i in range(n):  # unit i's backward: from its gradient to the next one's
-            nxt = r["bwd"][i - 1] if i > 0 else r["end"]
-            if r["bwd"][i] is not None and nxt is not None:
-                bwd[i] = self._clock.ns(r["bwd"][i], nxt)
-        known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
-        ratio = sorted(known)[len(known) // 2] if known else 2.0
-        # Bytes above the forward's start. What stays beside the units
-        # throughout: what ran before them (embeddings) or, as their
-        # backward begins, the head's gradients. What the code between two
-        # units leaves (norms, residual adds around blocks) is glue: one
-        # more unit there, never offloaded or recomputed. Each unit's
-        # transients are its stretch's peak above that and the bytes saved
-        # so far (unit i's forward and backward both see everything up to
-        # its own); the head's (logits, loss and their backward) is one more
-        # unit, last, never offloaded or recomputed.
-        saved = [max(r["after"][i] - r["before"][i], 1) for i in range(n)]
-        glue = [0] + [max(r["before"][i] - r["after"][i - 1], 0) for i in range(1, n)]
-        least_glue = sum(saved) // (100 * n)  # smaller glue is left out
-        so_far = [sum(saved[:i + 1]) + sum(g for g in glue[:i + 1] if g > least_glue)
-                  for i in range(n)]
-        before = max(r["before"][0] - r["base"], 0)
-        at_backward = r["bwd_allocated"][n - 1]
-        at_backward = 0 if at_backward is None else max(at_backward - so_far[-1], 0)
-        outside = max(before, at_backward)
-        units, self._index = [], []
-        for i in range(n):
-            if glue[i] > least_glue:
-                units.append({"saved_bytes": glue[i], "forward_ns": 0.0, "backward_ns": 0.0,
-                              "recomputable": False, "offloadable": False})
-            self._index.append(len(units))
-            units.append({
-                "saved_bytes": saved[i], "forward_ns": fwd[i],
-                "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-                "recomputable": not recompute.compiled(self.units[i]),
-                "input_bytes": min(r["input"][i], saved[i]),
-                "recompute_ns": fwd[i], "recompute_bytes": saved[i],
-                "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
-                "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
-        # The engine's steps are the units' beginnings: the last unit cannot
-        # be released before its own backward (the head runs in between).
-        units[-1]["offloadable"] = False
-        head_bytes = max(r["head_peak"] - outside - so_far[-1], 1)
-        head_ns = 0.0
-        if r["fwd_end"][n - 1] is not None and r["bwd"][n - 1] is not None:
-            head_ns = self._clock.ns(r["fwd_end"][n - 1], r["bwd"][n - 1])
-        units.append({"saved_bytes": head_bytes, "forward_ns": head_ns,
-                      "backward_ns": 0.0, "recomputable": False,
-                      "offloadable": False})
-        self.profile = {"units": units, "peak": r["peak"], "outside": outside,
-                        "head": head_bytes}
+        self.profile, self._index = budget_profile.make_profile(
+            r, selective, self._clock,
+            recomputable=[not recompute.compiled(u) for u in self.units],
+            selective=[self._selective_allowed(i) for i in range(n)])
         if self._budget_bytes is None:
             self._budget_bytes = int(self.budget_fraction * r["peak"])
 
@@ -398,13 +371,18 @@ class JointBudget:
             if isinstance(current, recompute.Checkpointed) and current.budget is not self:
                 recompute.restore_forward(unit)
                 self._wrappers.pop(index, None)
-        if self.plan is None:
+        if self.plan is None and not self._profiling_selective():
             return
         self._in_forward = True
-        self._recomputing = set()
-        for index, choice in enumerate(self.unit_choices(self.plan)):
-            if choice == "recompute":
-                self._recomputing.add(index)
+        self._recomputing = {}
+        if self.plan is None:  # the selective profile iteration
+            choices = ["selective" if self._selective_allowed(i) else "keep"
+                       for i in range(len(self.units))]
+        else:
+            choices = self.unit_choices(self.plan)
+        for index, choice in enumerate(choices):
+            if choice in ("recompute", "selective"):
+                self._recomputing[index] = choice
                 unit = self.units[index]
                 if unit.__dict__.get("forward") is not self._wrappers.get(index, False):
                     self._wrappers[index] = recompute.Checkpointed(self, index, unit.forward)
@@ -416,9 +394,9 @@ class JointBudget:
         self._in_forward = False
 
     def checkpoints(self, index):
-        """Whether unit `index` runs under checkpoint in the context's
-        forward now: as the plan says."""
-        return self._in_forward and index in self._recomputing
+        """How unit `index` runs in the context's forward now, as the plan
+        says: "recompute", "selective" (under checkpoint) or None."""
+        return self._recomputing.get(index) if self._in_forward else None
 
     def predicted_step(self, plan):
         """The model's step for the plan's choice, in ns, with the copy
@@ -426,7 +404,7 @@ class JointBudget:
         d2h, h2d = self.bandwidths
         again = _common.ext().evaluate_joint(
             self.profile["units"], d2h, h2d, self._units_budget,
-            [c == "recompute" for c in plan["choice"]], True)
+            list(plan["choice"]), True)
         return plan["step_ns"] if again is None else again["step_ns"]
 
     def limit(self):

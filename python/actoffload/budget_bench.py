@@ -118,7 +118,8 @@ def joint(model, ids, budget, granularity, steps, reference):
 
 
 def short_plan(choice):
-    return "".join({"keep": "K", "offload": "O", "recompute": "R"}[c] for c in choice)
+    return "".join({"keep": "K", "offload": "O", "recompute": "R", "selective": "S"}[c]
+                   for c in choice)
 
 
 def run_model(name, args, out):

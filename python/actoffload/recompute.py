@@ -1,11 +1,97 @@
 """The forwards of the units a budget recomputes (budget.py): a wrapper
 that runs a unit under torch.utils.checkpoint where its budget's plan says
-so, and the unit's own forward elsewhere."""
+so, and the unit's own forward elsewhere. A unit is recomputed whole
+("recompute": only its input is saved) or selectively ("selective", where
+the torch version has selective-checkpoint policies: the outputs of its
+costly ops, matmuls and attention, are saved beside its input, and only the
+cheap ops between them, norms, activation functions, softmax, residual
+sums, run again before its backward)."""
+
+import functools
 
 import torch
 import torch.utils.checkpoint
 
 from . import _common
+
+# The costly ops whose outputs a selective unit saves (aten names; those the
+# torch version lacks are left out): what Megatron's selective recompute and
+# torchtitan's op-level policy keep.
+_SAVED_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_grouped_mm",
+              "convolution", "_scaled_dot_product_flash_attention",
+              "_scaled_dot_product_efficient_attention",
+              "_scaled_dot_product_cudnn_attention",
+              "_scaled_dot_product_flash_attention_for_cpu",
+              "_flash_attention_forward", "_efficient_attention_forward")
+
+
+@functools.lru_cache(maxsize=1)
+def selective_available():
+    """Whether this torch has selective-checkpoint policies (torch >= 2.4)
+    whose saved outputs can be read again by a second backward (see
+    _selective_contexts)."""
+    if not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
+        return False
+    forward, _ = torch.utils.checkpoint.create_selective_checkpoint_contexts(_policy)
+    storage = getattr(forward, "storage", None)
+    return getattr(storage, "default_factory", None) is list
+
+
+@functools.lru_cache(maxsize=1)
+def _saved_packets():
+    return frozenset(getattr(torch.ops.aten, name) for name in _SAVED_OPS
+                     if hasattr(torch.ops.aten, name))
+
+
+def _policy(ctx, op, *args, **kwargs):
+    """Saves the costly ops' outputs; everything else runs again."""
+    policy = torch.utils.checkpoint.CheckpointPolicy
+    packet = getattr(op, "_overloadpacket", op)
+    return policy.MUST_SAVE if packet in _saved_packets() else policy.PREFER_RECOMPUTE
+
+
+class _Replayed(list):
+    """The saved outputs of one op in one selective unit, as the re-run
+    reads them: PyTorch's re-run takes them with pop(0) and refuses a second
+    backward once they are gone ("backward an extra time"); this list hands
+    them out from a cursor instead, which each re-run sets back to the start,
+    so that backward(retain_graph=True) twice works as without checkpoint.
+    They are freed with the unit's graph."""
+    cursor = 0
+
+    def pop(self, index=-1):
+        item = list.__getitem__(self, self.cursor)
+        self.cursor += 1
+        return item
+
+    def __len__(self):
+        return list.__len__(self) - self.cursor
+
+
+class _Rerun:
+    """The re-run's context: the outputs' cursors back to the start, then
+    PyTorch's cached mode."""
+
+    def __init__(self, mode, storage):
+        self.mode, self.storage = mode, storage
+
+    def __enter__(self):
+        for outputs in self.storage.values():
+            outputs.cursor = 0
+        return self.mode.__enter__()
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _selective_contexts():
+    """torch.utils.checkpoint's context_fn for a selective unit: PyTorch's
+    selective-checkpoint modes with the policy above, their shared storage
+    made replayable (selective_available checks that it is a
+    defaultdict(list), as in torch 2.4 to 2.11)."""
+    forward, rerun = torch.utils.checkpoint.create_selective_checkpoint_contexts(_policy)
+    forward.storage.default_factory = _Replayed
+    return forward, _Rerun(rerun, forward.storage)
 
 
 def compiled(unit):
@@ -31,21 +117,24 @@ def restore_forward(unit):
 
 class Checkpointed:
     """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
-    RNG state preserved) around the unit's own forward where its budget says
-    so (JointBudget.checkpoints) and, in a backward, where the forward it
-    re-runs did (an outer checkpoint's re-run must save what the forward
-    saved); the unit's own forward elsewhere."""
+    RNG state preserved; with the selective policy above where the choice is
+    "selective") around the unit's own forward where its budget says so
+    (JointBudget.checkpoints) and, in a backward, as the forward it re-runs
+    did (an outer checkpoint's re-run must save what the forward saved); the
+    unit's own forward elsewhere."""
 
     def __init__(self, budget, index, forward):
         self.budget, self.index, self.forward = budget, index, forward
-        self.checkpointed = False  # what its last forward (with grad) did
+        self.checkpointed = None  # what its last forward (with grad) did
 
     def __call__(self, *args, **kwargs):
         if not torch.is_grad_enabled():
             return self.forward(*args, **kwargs)
         if not _common.in_backward():
             self.checkpointed = self.budget.checkpoints(self.index)
-        if not self.checkpointed:
+        if self.checkpointed is None:
             return self.forward(*args, **kwargs)
+        if self.checkpointed == "selective":
+            kwargs = dict(kwargs, context_fn=_selective_contexts)
         return torch.utils.checkpoint.checkpoint(
             self.forward, *args, use_reentrant=False, **kwargs)

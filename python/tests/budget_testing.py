@@ -8,24 +8,27 @@ import torch.nn.functional as F
 
 import actoffload
 from actoffload import _common
-from models import train_step
+from models import assert_identical, train_step
 
 
 class ScriptedProbe:
     """A device whose allocator the test scripts. Each unit's forward leaves
     `unit_bytes` allocated until its backward has run; while the units'
     backward runs, the step holds `outside` bytes more (a transient). Once
-    planned, a peak reads what the plan predicts, plus `over`."""
+    planned, a peak reads what the plan predicts, plus `over`. A unit run
+    selectively (recompute.py) leaves `selective_bytes` (default: as many)
+    until its backward."""
 
-    def __init__(self, unit_bytes, outside, glue=0):
+    def __init__(self, unit_bytes, outside, glue=0, selective_bytes=None):
         self.unit_bytes = unit_bytes
+        self.selective_bytes = unit_bytes if selective_bytes is None else selective_bytes
         self.outside = outside
         self.glue = glue   # left allocated between two units' forwards
         self.glued = 0
         self.over = 0
         self.now = 0       # allocated
         self.top = 0       # the peak since the last reset
-        self.held = []     # units whose bytes are allocated, forward order
+        self.held = []     # (unit, bytes) allocated until its backward, forward order
         self.in_backward = False
         self.ctx = None    # the OffloadActivations whose plan the device follows
 
@@ -45,8 +48,10 @@ class ScriptedProbe:
         def hook(module, args, output):
             if not torch.is_grad_enabled() or _common.in_backward():
                 return  # a recompute's re-run: its bytes are the backward's
-            self.now += self.unit_bytes
-            self.held.append(index)
+            ran = getattr(module.__dict__.get("forward"), "checkpointed", None)
+            left = self.selective_bytes if ran == "selective" else self.unit_bytes
+            self.now += left
+            self.held.append((index, left))
             self.top = max(self.top, self.now)
             tensor = _common.first_grad_tensor(output)
             if tensor is not None:
@@ -54,9 +59,8 @@ class ScriptedProbe:
         return hook
 
     def _backward_begins(self, index):
-        while self.held and self.held[-1] > index:  # their backward has run
-            self.held.pop()
-            self.now -= self.unit_bytes
+        while self.held and self.held[-1][0] > index:  # their backward has run
+            self.now -= self.held.pop()[1]
         if not self.in_backward:
             self.in_backward = True
             # Queued from a callback, so that it runs after every callback
@@ -66,7 +70,7 @@ class ScriptedProbe:
 
     def _step_ended(self):
         self.in_backward = False
-        self.now -= self.unit_bytes * len(self.held) + self.glued
+        self.now -= sum(left for _, left in self.held) + self.glued
         self.held, self.glued = [], 0
 
     def allocated(self):
@@ -142,11 +146,25 @@ def seeded_step(model, x, ctx=None):
     return train_step(model, x, None if ctx is None else forward)
 
 
+def profile(model, x, ctx, reference=None):
+    """Runs the budget's profile iterations (one; two where the torch version
+    has selective checkpoint, budget.py), each bit-identical to `reference`
+    when given; returns how many ran."""
+    count = 0
+    while ctx.joint_budget.plan is None:
+        got = seeded_step(model, x, ctx)
+        count += 1
+        if reference is not None:
+            assert_identical(reference, got)
+        assert count <= 2, "planned after two profile iterations at most"
+    return count
+
+
 UNIT = 1 << 20  # the scripted bytes each unit leaves allocated
 
 
-def make(model, budget_fraction, outside=UNIT, **kwargs):
-    probe = ScriptedProbe(UNIT, outside=outside)
+def make(model, budget_fraction, outside=UNIT, selective_bytes=None, **kwargs):
+    probe = ScriptedProbe(UNIT, outside=outside, selective_bytes=selective_bytes)
     ctx = actoffload.OffloadActivations(
         model, budget_fraction=budget_fraction, probe=probe, backend="sim",
         min_offload_size=1024, **kwargs)

@@ -15,10 +15,11 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 tf = pytest.importorskip("transformers")
 
 
-def build():
+def build(hidden=512, layers=6):
     torch.manual_seed(0)
-    config = tf.LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=6,
-                            num_attention_heads=4, num_key_value_heads=4, vocab_size=1000)
+    config = tf.LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 11 // 4,
+                            num_hidden_layers=layers, num_attention_heads=hidden // 128,
+                            num_key_value_heads=hidden // 128, vocab_size=1000)
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").cuda()
     model.config.use_cache = False
     return model.train()
@@ -80,3 +81,33 @@ def test_a_budget_too_small_is_refused_once():
         step(model, ids, ctx)
     _, _, peak = step(model, ids, ctx)
     assert peak <= ctx.joint_budget.budget_bytes * 1.02, ctx.budget_plan()
+
+
+@pytest.mark.skipif(not actoffload.recompute.selective_available(),
+                    reason="needs torch >= 2.4 (selective checkpoint)")
+def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
+    # The second profile iteration runs every layer selectively: eager
+    # attention's softmax is re-run, not saved, so each layer saves well
+    # under what it saves whole; every step, that one and the race's,
+    # bit-identical to no offloading. (Whether the plan then takes the
+    # choice is the planner's: PyTorch's policy runs in Python for every
+    # op, and on this H100 that costs about as much as a whole re-run.)
+    # In bf16, as trained: the softmax is float32, its copy for the next
+    # matmul bf16; selectively, the bf16 scores are kept instead of both.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = build(hidden=1024, layers=4).to(torch.bfloat16)
+    ids = torch.randint(0, 1000, (2, 2048), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    loss, grads, _ = step(model, ids)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.5)
+    steps = 0
+    while ctx.joint_budget.measuring or steps < 3:
+        steps = steps + 1 if not ctx.joint_budget.measuring else 0
+        got_loss, got_grads, got_peak = step(model, ids, ctx)
+        assert torch.equal(loss, got_loss)
+        assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+    joint = ctx.joint_budget
+    units = [joint.profile["units"][place] for place in joint._index]
+    assert all(u["selective_bytes"] < 0.6 * u["saved_bytes"] for u in units), units
+    assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes)

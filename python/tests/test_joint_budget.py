@@ -10,7 +10,7 @@ import torch
 
 import actoffload
 from actoffload import _common, budget
-from budget_testing import UNIT, Decoder, ScriptedProbe, make, seeded_step
+from budget_testing import UNIT, Decoder, ScriptedProbe, make, profile, seeded_step
 from models import assert_identical
 
 
@@ -105,7 +105,7 @@ def test_a_budget_no_plan_fits_is_refused_once_naming_the_smallest():
                                         backend="sim", min_offload_size=1024)
     probe.ctx = ctx
     probe.watch(ctx.joint_budget.units)
-    assert_identical(reference, seeded_step(model, x, ctx))  # the profile
+    profile(model, x, ctx, reference)
     with pytest.raises(ValueError, match=r"smallest that fits is \d+ bytes"):
         seeded_step(model, x, ctx)
     for _ in range(3):  # planned for the smallest: runs, bit-identical
@@ -117,7 +117,7 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     model = Decoder()
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8)
-    seeded_step(model, x, ctx)  # the profile
+    profile(model, x, ctx)
     joint = ctx.joint_budget
     first_budget = joint._units_budget
     # Every candidate's peak reads at least half a unit over.
@@ -136,7 +136,7 @@ def test_where_no_plan_can_be_lowered_enough_the_lowest_measured_is_kept():
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, probe = make(model, 0.8)
-    seeded_step(model, x, ctx)  # the profile
+    profile(model, x, ctx)
     joint = ctx.joint_budget
     probe.over = 50 * UNIT  # far over, whatever the plan
     with pytest.warns(UserWarning, match="keeping the one measured lowest"):
@@ -169,7 +169,7 @@ def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8, outside=0)
     joint = ctx.joint_budget
-    seeded_step(model, x, ctx)  # the profile
+    profile(model, x, ctx)
     while not joint._settled:
         seeded_step(model, x, ctx)
     kept_budget = joint._units_budget
@@ -185,7 +185,7 @@ def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured():
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8, outside=0)
     joint = ctx.joint_budget
-    seeded_step(model, x, ctx)  # the profile
+    profile(model, x, ctx)
     while len(joint._all_trials) < 2:
         seeded_step(model, x, ctx)
     # The warm-up ends (its iterations spent) while a candidate is running.
@@ -242,7 +242,7 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
     model = Decoder()
     x = torch.randn(2, 32, 64)
     ctx, _ = make(model, 0.6)
-    seeded_step(model, x, ctx)  # the profile
+    profile(model, x, ctx)
     joint = ctx.joint_budget
     units = joint.profile["units"]
     offloading = _common.ext().plan_joint(units, *joint.bandwidths, joint._units_budget,

@@ -1,0 +1,100 @@
+"""The budget's profile (budget.py): from the profile iterations' records,
+the units the engine's joint planner takes (engine/joint_plan.h: UnitCost's
+fields by name) and each caller unit's place among them."""
+
+
+def make_profile(r, selective_record, clock, recomputable, selective):
+    """(profile, index): `r` is the first profile iteration's record (nothing
+    offloaded or recomputed), `selective_record` the second's (the units
+    with selective[i] recomputed selectively) or None; recomputable[i] and
+    selective[i] say which choices unit i may have. profile["units"] are
+    the plan's units (glue and the head among them), index[i] unit i's
+    place there."""
+    n = len(r["fwd"])
+    fwd = [clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
+    bwd = [None] * n
+    for i in range(n):  # unit i's backward: from its gradient to the next one's
+        nxt = r["bwd"][i - 1] if i > 0 else r["end"]
+        if r["bwd"][i] is not None and nxt is not None:
+            bwd[i] = clock.ns(r["bwd"][i], nxt)
+    known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
+    ratio = sorted(known)[len(known) // 2] if known else 2.0
+    sel_ratio = (None if selective_record is None
+                 else _median_gain(selective_record, fwd, bwd, clock))
+    # Bytes above the forward's start. What stays beside the units
+    # throughout: what ran before them (embeddings) or, as their
+    # backward begins, the head's gradients. What the code between two
+    # units leaves (norms, residual adds around blocks) is glue: one
+    # more unit there, never offloaded or recomputed. Each unit's
+    # transients are its stretch's peak above that and the bytes saved
+    # so far (unit i's forward and backward both see everything up to
+    # its own); the head's (logits, loss and their backward) is one more
+    # unit, last, never offloaded or recomputed.
+    saved = [max(r["after"][i] - r["before"][i], 1) for i in range(n)]
+    glue = [0] + [max(r["before"][i] - r["after"][i - 1], 0) for i in range(1, n)]
+    least_glue = sum(saved) // (100 * n)  # smaller glue is left out
+    so_far = [sum(saved[:i + 1]) + sum(g for g in glue[:i + 1] if g > least_glue)
+              for i in range(n)]
+    before = max(r["before"][0] - r["base"], 0)
+    at_backward = r["bwd_allocated"][n - 1]
+    at_backward = 0 if at_backward is None else max(at_backward - so_far[-1], 0)
+    outside = max(before, at_backward)
+    units, index = [], []
+    for i in range(n):
+        if glue[i] > least_glue:
+            units.append({"saved_bytes": glue[i], "forward_ns": 0.0, "backward_ns": 0.0,
+                          "recomputable": False, "offloadable": False})
+        index.append(len(units))
+        units.append({
+            "saved_bytes": saved[i], "forward_ns": fwd[i],
+            "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
+            "recomputable": recomputable[i],
+            "input_bytes": min(r["input"][i], saved[i]),
+            "recompute_ns": fwd[i], "recompute_bytes": saved[i],
+            "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
+            "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
+        if selective_record is not None and selective[i]:
+            units[-1].update(_selective_cost(selective_record, i, units[-1], sel_ratio))
+    # The engine's steps are the units' beginnings: the last unit cannot
+    # be released before its own backward (the head runs in between).
+    units[-1]["offloadable"] = False
+    head_bytes = max(r["head_peak"] - outside - so_far[-1], 1)
+    head_ns = 0.0
+    if r["fwd_end"][n - 1] is not None and r["bwd"][n - 1] is not None:
+        head_ns = clock.ns(r["fwd_end"][n - 1], r["bwd"][n - 1])
+    units.append({"saved_bytes": head_bytes, "forward_ns": head_ns,
+                  "backward_ns": 0.0, "recomputable": False,
+                  "offloadable": False})
+    return {"units": units, "peak": r["peak"], "outside": outside,
+            "head": head_bytes}, index
+
+
+def _median_gain(selective, fwd, bwd, clock):
+    """The median, over units, of the time a selective unit gains per ns of
+    its forward: its backward's re-run of the cheap ops, and its forward's
+    caching of the costly ones' outputs (the policy sees every op); None if
+    unknown."""
+    gains = []
+    for i in range(1, len(fwd)):
+        if selective["bwd"][i] is None or selective["bwd"][i - 1] is None \
+                or selective["fwd_end"][i] is None or bwd[i] is None or fwd[i] <= 0:
+            continue
+        sel_bwd = clock.ns(selective["bwd"][i], selective["bwd"][i - 1])
+        sel_fwd = clock.ns(selective["fwd"][i], selective["fwd_end"][i])
+        gains.append(max(sel_bwd - bwd[i] + sel_fwd - fwd[i], 0.0) / fwd[i])
+    return sorted(gains)[len(gains) // 2] if gains else None
+
+
+def _selective_cost(selective, i, unit, ratio):
+    """Unit i's figures for the selective choice (engine/joint_plan.h): the
+    bytes its selective forward left allocated (at least its input's, at
+    most what it saves whole) and its time, the median gain's share of its
+    forward (one iteration's times are too noisy per unit); where the
+    policy's own cost makes that more than a whole re-run, the planner
+    recomputes whole instead."""
+    if selective["fwd_end"][i] is None or ratio is None:
+        return {}
+    left = selective["after"][i] - selective["before"][i]
+    kept = min(max(left, unit["input_bytes"], 1), unit["saved_bytes"])
+    return {"selective": True, "selective_bytes": kept,
+            "selective_ns": ratio * unit["forward_ns"]}

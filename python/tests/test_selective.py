@@ -1,0 +1,121 @@
+"""Selective recompute, the budget's fourth choice (SPEC §4.8, issue 30):
+a unit run under torch.utils.checkpoint with a selective policy saves the
+outputs of its costly ops (matmuls, attention) and re-runs only the cheap
+ones (norms, activations, softmax) before its backward. Needs a torch with
+selective-checkpoint policies (>= 2.4: the GPU machine's; CI's 1.13 skips)."""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from actoffload import budget_profile, recompute
+from budget_testing import UNIT, Decoder, Layer, make, profile, seeded_step
+from models import assert_identical
+
+pytestmark = pytest.mark.skipif(not recompute.selective_available(),
+                                reason="needs torch >= 2.4 (selective checkpoint)")
+
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+class _CountMatmuls(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._overloadpacket.__name__ in _MATMULS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _Budget:
+    """What a Checkpointed wrapper asks of its budget: how its unit runs."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def checkpoints(self, index):
+        return self.mode
+
+
+def _backward_matmuls(mode):
+    """(matmuls the backward of one layer runs, its input's gradient)."""
+    torch.manual_seed(0)
+    layer = Layer(32)
+    if mode is not None:
+        layer.forward = recompute.Checkpointed(_Budget(mode), 0, layer.forward)
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    torch.manual_seed(7)  # the same dropout masks
+    out = layer(x)[0]
+    counter = _CountMatmuls()
+    with counter:
+        out.sum().backward()
+    return counter.count, x.grad
+
+
+def test_a_selective_unit_reruns_its_cheap_ops_and_no_matmul():
+    plain, plain_grad = _backward_matmuls(None)
+    full, full_grad = _backward_matmuls("recompute")
+    selective, selective_grad = _backward_matmuls("selective")
+    # The whole re-run repeats the forward's matmuls; the selective one
+    # repeats none of them (their outputs were saved), only what lies between.
+    assert full > plain
+    assert selective == plain
+    assert torch.equal(full_grad, plain_grad)
+    assert torch.equal(selective_grad, plain_grad)
+
+
+def test_a_selective_unit_backs_up_twice_with_retain_graph():
+    # PyTorch's selective checkpoint refuses a second backward through the
+    # same forward; a budget's unit must not (SPEC §7: retain_graph).
+    def grads(mode):
+        torch.manual_seed(0)
+        layer = Layer(32)
+        if mode is not None:
+            layer.forward = recompute.Checkpointed(_Budget(mode), 0, layer.forward)
+        x = torch.randn(2, 16, 32)
+        torch.manual_seed(7)
+        loss = layer(x)[0].square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return [p.grad for p in layer.parameters()]
+    plain = grads(None)
+    for mode in ("selective", "recompute"):
+        assert all(torch.equal(a, b) for a, b in zip(plain, grads(mode))), mode
+
+
+def test_the_budget_plans_selective_where_it_frees_bytes_cheaply(monkeypatch):
+    # A selective unit leaves a quarter of its bytes (the scripted probe)
+    # and its re-run takes a twentieth of its forward: at 0.7 of the peak
+    # without offloading, recomputing selectively is the plan the model
+    # predicts fastest, the race's first. (The re-run's time is set: on CPU
+    # tensors this small, the policy's dispatch costs more than the ops it
+    # spares, and the race may then keep a whole re-run.)
+    monkeypatch.setattr(budget_profile, "_median_gain", lambda *args: 0.05)
+    model = Decoder(layers=4)
+    x = torch.randn(2, 16, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.7, selective_bytes=UNIT // 4, allow_offload=False)
+    assert profile(model, x, ctx, reference) == 2  # all, then every unit selective
+    budget = ctx.joint_budget
+    units = [budget.profile["units"][place] for place in budget._index]
+    assert all(u["selective"] and u["selective_bytes"] == UNIT // 4 and
+               u["selective_ns"] == pytest.approx(0.05 * u["forward_ns"]) for u in units)
+    assert "selective" in budget.unit_choices(budget.plan), budget.describe()
+    while budget.measuring:  # the race runs it, then the others: all bit-identical
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert any("selective" in budget.unit_choices(plan) for _, _, plan in budget.trials)
+
+
+def test_no_selective_choice_where_recompute_is_not_allowed():
+    model = Decoder(layers=4)
+    x = torch.randn(2, 16, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.5, selective_bytes=UNIT // 4, allow_recompute=False)
+    assert profile(model, x, ctx, reference) == 1  # no selective profile iteration
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    budget = ctx.joint_budget
+    assert all("selective" not in u for u in budget.profile["units"])
+    assert "selective" not in budget.unit_choices(budget.plan)
