@@ -66,6 +66,10 @@ StatusOr<std::unique_ptr<Offloader>> Offloader::Create(
                      "and a schedule table");
     }
   }
+  if (options.device_bytes_probe != nullptr &&
+      !options.activation_budget_bytes.has_value()) {
+    return invalid("device_bytes_probe needs activation_budget_bytes");
+  }
   std::optional<JointPlan> joint;
   if (options.recompute.has_value()) {
     const RecomputeOptions& rc = *options.recompute;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/device_bytes_probe.h"
 #include "engine/joint_plan.h"  // UnitCost
 #include "engine/offload_stats.h"  // GroupState, OffloaderStats
 #include "engine/schedule.h"
@@ -62,6 +63,14 @@ struct OffloadOptions {
   // FinishBackward that plans returns kResourceExhausted naming the
   // smallest that fits, and plans for that.
   bool smallest_budget = false;
+  // With activation_budget_bytes: the caller's count of device bytes in
+  // use (SPEC §4.7), not owned; it must outlive the Offloader. The recorded
+  // iteration then notes, at each push and backward call, the bytes in use
+  // that the engine's saved tensors do not account for (above those at the
+  // forward's first push), and the plan keeps them within the budget too
+  // (BudgetRecording::forward_outside, held_outside). nullptr: the budget
+  // covers saved tensors only.
+  DeviceBytesProbe* device_bytes_probe = nullptr;
   // SPEC §4.8, with activation_budget_bytes: at Create the Offloader plans
   // per layer keep / offload / recompute for the least predicted step
   // within the budget (PlanJoint); Offloader::Recompute(layer) says which

@@ -76,6 +76,7 @@
 #include "backends/sim/sim_trace.h"
 #include "backends/sim/vector_clock.h"
 #include "engine/backend.h"
+#include "engine/device_bytes_probe.h"
 #include "engine/status.h"
 
 namespace offload {
@@ -214,6 +215,15 @@ class SimBackend final : public Backend {
       stats.peak_time_ns = now_ns_;
     }
   }
+  // Device bytes in use in host order: allocated through this backend (by
+  // the engine or the workload) and not yet handed to a Free call, as a
+  // framework allocator counts them (device_memory() counts in device time,
+  // where a free takes effect when its stream reaches it).
+  int64_t DeviceBytesInUse() const;
+  // A probe of DeviceBytesInUse for OffloadOptions::device_bytes_probe
+  // (SPEC §4.7), with a high-water mark of its own (ResetPeaks leaves it
+  // alone). Lives as long as the backend.
+  DeviceBytesProbe& InUseProbe() { return in_use_probe_; }
   // Everything that happened so far, in order (see sim_trace.h); empty if
   // SimOptions::record_trace is false.
   const std::vector<SimTraceEntry>& trace() const { return trace_; }
@@ -476,6 +486,28 @@ class SimBackend final : public Backend {
 
   HazardDetector detector_;
   std::vector<SimTraceEntry> trace_;
+
+  // InUseProbe: DeviceBytesInUse and its high-water mark, raised at each
+  // allocation (frees only lower the count).
+  class InUseProbeImpl final : public DeviceBytesProbe {
+   public:
+    explicit InUseProbeImpl(const SimBackend& sim) : sim_(sim) {}
+    int64_t InUseBytes() override { return sim_.DeviceBytesInUse(); }
+    int64_t TakePeakBytes() override {
+      const int64_t now = sim_.DeviceBytesInUse();
+      const int64_t peak = peak_ > now ? peak_ : now;
+      peak_ = now;
+      return peak;
+    }
+    void Note(int64_t in_use) {
+      if (in_use > peak_) peak_ = in_use;
+    }
+
+   private:
+    const SimBackend& sim_;
+    int64_t peak_ = 0;
+  };
+  InUseProbeImpl in_use_probe_{*this};
 };
 
 std::unique_ptr<SimBackend> NewSimBackend(const SimOptions& options);

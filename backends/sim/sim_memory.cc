@@ -148,12 +148,19 @@ StatusOr<Buffer> SimBackend::AllocateDevice(int64_t bytes, Stream& stream) {
                     MemorySpace::kDevice, &stream);
 }
 
+int64_t SimBackend::DeviceBytesInUse() const {
+  int64_t bytes = held_bytes_[0];
+  for (const auto& [stream, pending] : pending_free_[0]) bytes -= pending;
+  return bytes;
+}
+
 SimBackend::Block& SimBackend::EnqueueAllocation(int s, int64_t bytes,
                                                  uintptr_t address,
                                                  uint64_t graph) {
   Block& block = NewBlock(MemorySpace::kDevice, bytes, address);
   block.graph = graph;
   held_bytes_[0] += bytes;
+  in_use_probe_.Note(DeviceBytesInUse());
   ++stats_[0].allocations;
   Op op;
   op.desc.kind = SimOpKind::kAlloc;

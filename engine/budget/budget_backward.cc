@@ -65,6 +65,7 @@ Status BudgetPolicy::BackwardStep(int layer) {
   RetryReleases();
   OFFLOAD_RETURN_IF_ERROR(CloseUnits().WithContext(where));
   NoteBackwardDrops(backward_calls_);
+  ProbeAtCall(backward_calls_);
   OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext(where));
   OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext(where));
   backward_layer_ = layer;
@@ -79,9 +80,15 @@ void BudgetPolicy::NoteBackwardDrops(int call) {
   for (Unit& unit : units_) {
     if (unit.offloaded) continue;  // a diverged iteration: not watched
     if (unit.free_at < 0 && unit.watch.expired()) unit.free_at = call;
+    // With a probe, also the popped views must be gone (PopOne counts
+    // them): a view the caller still holds keeps its memory in use.
+    const size_t i = &unit - units_.data();
+    const bool views_held =
+        probe_ != nullptr && i < live_views_.size() && live_views_[i] > 0;
     if (unit.done_at < 0 &&
         (unit.free_at >= 0 ||
-         (unit.pops >= unit.handles && unit.watch.use_count() <= unit.handles))) {
+         (unit.pops >= unit.handles && !views_held &&
+          unit.watch.use_count() <= unit.handles))) {
       unit.done_at = call;
     }
   }
@@ -247,6 +254,15 @@ StatusOr<Tensor> BudgetPolicy::PopOne(const SavedTensor& saved) {
     if (planned() && next_reload_ < reload_order_.size()) {
       return PoppedView(kept->tensor, -1);
     }
+    // Recording with a probe: the unit's memory is done once the popped
+    // views are dropped too (NoteBackwardDrops).
+    if (probe_ != nullptr && !plan_.has_value() && backward_count_ > 0) {
+      for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+        if (units_[i].storage == kept->tensor.storage.get()) {
+          return PoppedView(kept->tensor, i);
+        }
+      }
+    }
     return kept->tensor;
   }
   const SavedTensor::InGroup* entry = saved.group_entry();
@@ -314,6 +330,7 @@ StatusOr<Tensor> BudgetPolicy::Pop(const SavedTensor& saved) {
   OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/false));
   if (backward_count_ > 0) {
     NoteBackwardDrops(backward_calls_);
+    ProbeAtCall(backward_calls_);
     OFFLOAD_RETURN_IF_ERROR(RunFrees(backward_calls_).WithContext("Pop"));
     OFFLOAD_RETURN_IF_ERROR(RunReloads(backward_calls_).WithContext("Pop"));
   }
@@ -333,6 +350,7 @@ StatusOr<CompositeTensor> BudgetPolicy::PopComposite(
   OFFLOAD_RETURN_IF_ERROR(CheckPoppable(saved, /*composite=*/true));
   if (backward_count_ > 0) {
     NoteBackwardDrops(backward_calls_);
+    ProbeAtCall(backward_calls_);
     OFFLOAD_RETURN_IF_ERROR(
         RunFrees(backward_calls_).WithContext("PopComposite"));
     OFFLOAD_RETURN_IF_ERROR(

@@ -42,6 +42,21 @@ Status BudgetPolicy::MakePlan() {
       }
     }
   }
+  // SPEC §4.7: with a probe, the bytes in use outside the engine's saved
+  // tensors, in the forward and in the backward (max with the above).
+  if (probe_ != nullptr && !forward_outside_.empty()) {
+    recording.forward_outside = forward_outside_;
+    recording.forward_outside.resize(pushes_, 0);
+    if (recording.held_outside.empty()) {
+      recording.held_outside.assign(backward_calls_, 0);
+    }
+    for (int c = 0; c < backward_calls_ &&
+                    c < static_cast<int>(backward_outside_.size());
+         ++c) {
+      recording.held_outside[c] =
+          std::max(recording.held_outside[c], backward_outside_[c]);
+    }
+  }
   // SPEC §7.8: a budget no plan can keep is refused once, naming the
   // smallest that fits, which is planned instead (the loop goes on).
   StatusOr<int64_t> smallest = SmallestBudget(recording);
@@ -97,6 +112,7 @@ Status BudgetPolicy::FinishBackward() {
   // The iteration ends whatever fails here; memory whose free could not be
   // ordered is kept (warned) and the first such error returned.
   NoteBackwardDrops(backward_calls_);
+  ProbeAtCall(backward_calls_);
   Status first =
       EndIteration(core_, groups_, options_.retain_pinned_buffers);
   // A recorded iteration gives the plan of the next; after one whose
@@ -147,6 +163,7 @@ Status BudgetPolicy::EndTraversal() {
   // it (a loop that traverses every graph twice still gets one).
   if (!plan_.has_value() && traversals_ == 0 && !diverged_) {
     NoteBackwardDrops(backward_calls_);
+    ProbeAtCall(backward_calls_);
     first.Update(MakePlan());
   }
   first.Update(offload::EndTraversal(core_, groups_));
@@ -182,6 +199,8 @@ void BudgetPolicy::ResetIteration() {
   next_reload_ = 0;
   live_views_.clear();
   traversals_ = 0;
+  forward_outside_.clear();
+  backward_outside_.clear();
 }
 
 }  // namespace offload

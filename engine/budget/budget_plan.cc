@@ -56,6 +56,15 @@ Status ValidateRecording(const BudgetRecording& r) {
         "backward call (" + std::to_string(r.backward_calls) + "), has " +
         std::to_string(r.held_outside.size()));
   }
+  if (!r.forward_outside.empty() &&
+      (static_cast<int>(r.forward_outside.size()) != r.forward_pushes ||
+       *std::min_element(r.forward_outside.begin(), r.forward_outside.end()) <
+           0)) {
+    return InvalidArgumentError(
+        "budget recording: forward_outside needs one non-negative value per "
+        "forward push (" + std::to_string(r.forward_pushes) + "), has " +
+        std::to_string(r.forward_outside.size()));
+  }
   for (int i = 0; i < static_cast<int>(r.units.size()); ++i) {
     const BudgetUnit& u = r.units[i];
     auto bad = [&](const std::string& why) {
@@ -96,6 +105,7 @@ StatusOr<int64_t> SmallestBudget(const BudgetRecording& recording) {
   for (const BudgetUnit& unit : recording.units) high += unit.bytes;
   int64_t held = 0;
   for (int64_t bytes : recording.held_outside) held = std::max(held, bytes);
+  for (int64_t bytes : recording.forward_outside) held = std::max(held, bytes);
   high += held;
   int64_t low = 0;  // infeasible (budgets must be positive)
   while (high - low > 1) {
@@ -136,7 +146,7 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   int next_unit = 0;   // the first unit not yet allocated
   int first_kept = 0;  // the first unit not released
   for (int q = 0; q < r.forward_pushes; ++q) {
-    int64_t need = 0;
+    int64_t need = r.ForwardOutside(q);  // room next to the units resident
     int last = next_unit;
     while (last < n && r.units[last].first_push == q) need += r.units[last++].bytes;
     for (int i = first_kept; i < next_unit && resident + need > budget; ++i) {
@@ -149,11 +159,20 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
       resident -= r.units[i].bytes;
     }
     if (resident + need > budget) {
-      return too_small("in the forward", next_unit, resident);
+      if (next_unit < last) {
+        return too_small("in the forward", next_unit,
+                         resident + r.ForwardOutside(q));
+      }
+      return ResourceExhaustedError(
+          "activation budget of " + std::to_string(budget) + " bytes is too "
+          "small in the forward: at push " + std::to_string(q) + ", " +
+          std::to_string(r.ForwardOutside(q)) + " bytes outside the engine "
+          "while " + std::to_string(resident) + " bytes of saved tensors stay "
+          "on device");
     }
     while (first_kept < next_unit && plan.offloaded[first_kept]) ++first_kept;
-    resident += need;
-    plan.peak_bytes = std::max(plan.peak_bytes, resident);
+    plan.peak_bytes = std::max(plan.peak_bytes, resident + need);
+    resident += need - r.ForwardOutside(q);
     next_unit = last;
   }
 
@@ -173,7 +192,21 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
       committed[c] += r.units[i].bytes;
     }
   }
+  // Bytes held outside at a backward call may need room the forward did
+  // not make: units on device then and first used later go to host too,
+  // earliest pushed first, released at the end of the forward.
   for (int c = 0; c < calls; ++c) {
+    for (int i = 0; i < n && committed[c] > budget; ++i) {
+      const BudgetUnit& u = r.units[i];
+      if (plan.offloaded[i] || u.free_at <= c ||
+          (u.first_use >= 0 && u.first_use <= c) ||
+          u.dropped_at > r.forward_pushes - 1) {
+        continue;
+      }
+      plan.offloaded[i] = true;
+      plan.release_at[i] = r.forward_pushes - 1;
+      for (int d = 0; d < u.free_at && d < calls; ++d) committed[d] -= u.bytes;
+    }
     if (committed[c] > budget) {
       return ResourceExhaustedError(
           "activation budget of " + std::to_string(budget) + " bytes is too "
@@ -255,8 +288,13 @@ Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
         resident += r.units[i].bytes;
       }
     }
+    resident += r.ForwardOutside(q);
     peak = std::max(peak, resident);
-    if (resident > plan.budget) return over("at push " + std::to_string(q));
+    if (resident > plan.budget) {
+      return over("at push " + std::to_string(q) + " (" +
+                  std::to_string(r.ForwardOutside(q)) + " outside the engine)");
+    }
+    resident -= r.ForwardOutside(q);
     for (size_t i = 0; i < n; ++i) {
       if (plan.release_at[i] == q) {
         on_device[i] = false;
@@ -319,6 +357,13 @@ std::string FormatBudgetPlan(const BudgetPlan& plan,
                 static_cast<long long>(plan.peak_bytes),
                 static_cast<long long>(plan.budget));
   out += line;
+  if (!r.forward_outside.empty() || !r.held_outside.empty()) {
+    out += "outside the engine, per push:";
+    for (int64_t bytes : r.forward_outside) out += " " + std::to_string(bytes);
+    out += "\noutside the engine, per backward call:";
+    for (int64_t bytes : r.held_outside) out += " " + std::to_string(bytes);
+    out += "\n";
+  }
   return out;
 }
 

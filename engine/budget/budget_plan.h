@@ -71,10 +71,23 @@ struct BudgetRecording {
   // next, e.g. a recomputed layer's re-created tensors (SPEC §4.8). The
   // plan keeps them within the budget too.
   std::vector<int64_t> held_outside;
+  // Per forward Push (empty: none held): device bytes outside the engine's
+  // saved tensors (a probe's count, OffloadOptions::device_bytes_probe)
+  // that are on device next to the units resident at that push: from the
+  // end of the previous push until this one, net of the units first pushed
+  // here (the plan counts those itself); for the last push, also until the
+  // first backward call (e.g. the last layer's output). The plan keeps
+  // them within the budget too (SPEC §4.7).
+  std::vector<int64_t> forward_outside;
 
   int64_t HeldOutside(int call) const {
     return call < static_cast<int>(held_outside.size()) ? held_outside[call]
                                                         : 0;
+  }
+  int64_t ForwardOutside(int push) const {
+    return push < static_cast<int>(forward_outside.size())
+               ? forward_outside[push]
+               : 0;
   }
 };
 
@@ -89,7 +102,8 @@ struct BudgetPlan {
   // offloaded.
   std::vector<int> reload_at;
   // The most offloadable bytes on device at once under the plan (with the
-  // bytes held outside, BudgetRecording::held_outside).
+  // bytes held outside, BudgetRecording::held_outside and
+  // forward_outside).
   int64_t peak_bytes = 0;
 
   int64_t OffloadedBytes(const BudgetRecording& recording) const;
@@ -97,11 +111,15 @@ struct BudgetPlan {
 
 // Plans `recording` within `budget` bytes: units are released, earliest
 // pushed first among those the caller dropped, only when the next unit
+// (next to the bytes outside the engine at that push, forward_outside)
 // would not fit; a released unit's
 // copy starts when its last view is pushed; reloads start in order of first
 // use, each as soon as it fits after the frees of that call (next to the
 // bytes held outside at that call and every later one while it is on
-// device), and at the latest at its first use.
+// device), and at the latest at its first use. Where bytes held outside
+// at a backward call leave too little room for the units kept there,
+// units first used after that call go to host too (earliest pushed
+// first), released at the end of the forward.
 // Errors: kInvalidArgument if budget <= 0 or the recording is inconsistent
 //   (ValidateRecording); kResourceExhausted naming the layer, unit and bytes
 //   where no plan can keep the budget (a unit larger than it, or units that
@@ -110,22 +128,25 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
                                 int64_t budget);
 
 // The least budget PlanBudget can keep for `recording` (searched between 1
-// and every unit's bytes plus the most held outside, where nothing needs to
-// move; feasibility grows with the budget). Errors: as ValidateRecording.
+// and every unit's bytes plus the most held outside in the forward or the
+// backward, where nothing needs to move; feasibility grows with the
+// budget). Errors: as ValidateRecording.
 StatusOr<int64_t> SmallestBudget(const BudgetRecording& recording);
 
 // Checks a recording: units in order of first push, pushes in range and
 // not interleaved within a layer's unit, dropped after its last push, uses
 // and frees in range, each unit's use before its free, held_outside empty
-// or one non-negative value per backward call. Errors: kInvalidArgument
-// naming the unit.
+// or one non-negative value per backward call, forward_outside empty or one
+// non-negative value per forward push. Errors: kInvalidArgument naming the
+// unit or the field.
 Status ValidateRecording(const BudgetRecording& recording);
 
 // Checks `plan` against `recording` independently of PlanBudget: sizes
 // match; an offloaded unit is released at or after its last push and its
 // drop, reloaded after the forward and no
 // later than its first use; and replaying the calls, the offloadable bytes
-// on device never exceed the budget and equal peak_bytes at most.
+// on device plus those outside the engine (forward_outside, held_outside)
+// never exceed the budget and equal peak_bytes at most.
 // Errors: kInvalidArgument naming the unit and the rule.
 Status ValidateBudgetPlan(const BudgetPlan& plan,
                           const BudgetRecording& recording);

@@ -109,6 +109,50 @@ TEST(BudgetPlanTest, BytesHeldOutsideDelayReloads) {
   EXPECT_THAT(ValidateRecording(r).message(), HasSubstr("held_outside"));
 }
 
+// SPEC §4.7 with a probe: bytes outside the engine in the forward (here the
+// last layer's output, next to push 11) take room the plan makes by
+// releasing one more unit; the smallest budget counts them.
+TEST(BudgetPlanTest, BytesOutsideInTheForwardReleaseEarlier) {
+  BudgetRecording r = Stack(4, 3, 100);
+  r.forward_outside.assign(r.forward_pushes, 0);
+  r.forward_outside[11] = 100;
+  ASSERT_OK_AND_ASSIGN(BudgetPlan plan, PlanBudget(r, 700));
+  EXPECT_OK(ValidateBudgetPlan(plan, r));
+  EXPECT_EQ(plan.peak_bytes, 700);
+  for (int u = 0; u < 12; ++u) {
+    EXPECT_EQ(plan.offloaded[u], u < 6) << "unit " << u;
+  }
+  EXPECT_EQ(plan.release_at[5], 10);
+  // The replay counts them: the plan made without them exceeds the budget.
+  BudgetRecording without = r;
+  without.forward_outside.clear();
+  ASSERT_OK_AND_ASSIGN(BudgetPlan blind, PlanBudget(without, 700));
+  EXPECT_THAT(ValidateBudgetPlan(blind, r).message(),
+              HasSubstr("800 bytes on device at push 11 (100 outside"));
+  ASSERT_OK_AND_ASSIGN(int64_t smallest_without, SmallestBudget(without));
+  r.forward_outside[11] = 1000;
+  ASSERT_OK_AND_ASSIGN(int64_t smallest, SmallestBudget(r));
+  // The output next to units 11 and 10 (dropped at push 11, after which
+  // nothing is released).
+  EXPECT_EQ(smallest, 1200);
+  EXPECT_LT(smallest_without, smallest);
+  EXPECT_THAT(PlanBudget(r, smallest - 1),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("unit 11 (layer 3")));
+  // Outside bytes at a push that starts no unit: their own message.
+  BudgetRecording shared = Stack(2, 1, 100);
+  shared.units[1].first_push = 0;
+  shared.units[0].dropped_at = shared.units[1].dropped_at = 2;
+  shared.units[0].layer = 1;
+  shared.forward_outside = {0, 950};
+  EXPECT_THAT(PlanBudget(shared, 1000).status().message(),
+              HasSubstr("at push 1, 950 bytes outside the engine while 200"));
+  r.forward_outside.pop_back();
+  EXPECT_THAT(ValidateRecording(r).message(), HasSubstr("forward_outside"));
+  r.forward_outside.push_back(-1);
+  EXPECT_THAT(ValidateRecording(r).message(), HasSubstr("forward_outside"));
+}
+
 TEST(BudgetPlanTest, TooSmallBudgetNamesTheUnit) {
   const BudgetRecording r = Stack(2, 2, 100);
   // A unit is dropped by the push after its own: two units must fit at
@@ -197,7 +241,16 @@ RC_GTEST_PROP(BudgetPlanProperties, PlansAreValidAndMonotone, ()) {
     unit.bytes = *rc::gen::inRange<int64_t>(1, 1000);
     total += unit.bytes;
   }
-  const int64_t budget = *rc::gen::inRange<int64_t>(1, total + 2);
+  // Bytes outside the engine (a probe's, SPEC §4.7), in half the cases.
+  if (*rc::gen::arbitrary<bool>()) {
+    for (int q = 0; q < r.forward_pushes; ++q) {
+      r.forward_outside.push_back(*rc::gen::inRange<int64_t>(0, 300));
+    }
+    for (int c = 0; c < r.backward_calls; ++c) {
+      r.held_outside.push_back(*rc::gen::inRange<int64_t>(0, 300));
+    }
+  }
+  const int64_t budget = *rc::gen::inRange<int64_t>(1, total + 302);
   StatusOr<BudgetPlan> plan = PlanBudget(r, budget);
   if (!plan.ok()) {
     RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);

@@ -21,7 +21,8 @@ BudgetPolicy::BudgetPolicy(Backend& backend, const OffloadOptions& options,
       joint_(std::move(joint)),
       core_(backend, d2h, h2d,
             CoreOptions{options.min_span_coverage, options.skip_sparse_views,
-                        options.warnings_to_stderr}) {
+                        options.warnings_to_stderr}),
+      probe_(options.device_bytes_probe) {
   backward_begun_.assign(options_.model_layers, false);
   hub_->policy = this;
 }
@@ -279,6 +280,7 @@ StatusOr<SavedTensor> BudgetPolicy::Push(const Tensor& tensor) {
   NoteDrops(push);
   OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, push));
   pushes_ = push + 1;
+  ProbeAtPush(push);
   AfterPush(push);
   return saved;
 }
@@ -331,9 +333,45 @@ StatusOr<SavedTensor> BudgetPolicy::Push(const CompositeTensor& tensor) {
                     core_.stats()));
   if (enabled) {
     pushes_ = push + 1;
+    ProbeAtPush(push);
     AfterPush(push);
   }
   return saved;
+}
+
+void BudgetPolicy::ProbeAtPush(int push) {
+  if (probe_ == nullptr || plan_.has_value()) return;
+  const int64_t engine = ResidentNow();
+  if (push == 0) {
+    probe_->TakePeakBytes();  // a new high-water mark from here
+    probe_base_ = probe_->InUseBytes() - engine;
+    forward_outside_.assign(1, 0);
+  } else {
+    const int64_t peak = probe_->TakePeakBytes() - probe_base_;
+    forward_outside_.resize(push + 1, 0);
+    forward_outside_[push] = std::max<int64_t>(0, peak - engine);
+  }
+  interval_engine_ = engine;
+}
+
+void BudgetPolicy::ProbeAtCall(int call) {
+  if (probe_ == nullptr || plan_.has_value() || forward_outside_.empty()) {
+    return;
+  }
+  const int64_t outside =
+      std::max<int64_t>(0, probe_->TakePeakBytes() - probe_base_ -
+                               interval_engine_);
+  if (call == 0) {
+    // Since the last push: next to the units resident at its end.
+    forward_outside_.back() = std::max(forward_outside_.back(), outside);
+  } else {
+    if (static_cast<int>(backward_outside_.size()) < call) {
+      backward_outside_.resize(call, 0);
+    }
+    backward_outside_[call - 1] =
+        std::max(backward_outside_[call - 1], outside);
+  }
+  interval_engine_ = ResidentNow();
 }
 
 }  // namespace offload

@@ -44,6 +44,7 @@
 #include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
+#include "engine/device_bytes_probe.h"
 #include "engine/joint_plan.h"
 #include "engine/layer/offloader_policy.h"
 #include "engine/offload_options.h"
@@ -199,6 +200,17 @@ class BudgetPolicy final : public OffloaderPolicy {
   // Whether the recording has bytes held outside at a backward call in
   // [from, to): a reload may then not start earlier than the plan says.
   bool HeldOutsideIn(int from, int to) const;
+  // Recording with a probe (OffloadOptions::device_bytes_probe, SPEC
+  // §4.7): after push `push` registered its tensors, the most bytes in use
+  // since the previous push that the engine's saved tensors (ResidentNow)
+  // do not account for, above those at the first push
+  // (BudgetRecording::forward_outside).
+  void ProbeAtPush(int push);
+  // The same at the start of backward call `call` (backward_calls_ at
+  // FinishBackward), after the call noted its drops: the interval since the
+  // previous call (the first: since the last push, added to the last
+  // push's) next to the engine's bytes at its start (held_outside).
+  void ProbeAtCall(int call);
 
   const OffloadOptions options_;
   const int64_t budget_;
@@ -216,6 +228,13 @@ class BudgetPolicy final : public OffloaderPolicy {
   // The smallest budget that fits, when the one asked for did not: told
   // once, by the FinishBackward that made the plan.
   std::optional<int64_t> refused_;
+  DeviceBytesProbe* const probe_;  // options_.device_bytes_probe
+
+  // Recording with a probe (ProbeAtPush, ProbeAtCall).
+  int64_t probe_base_ = 0;        // in use at the first push, not the engine's
+  int64_t interval_engine_ = 0;   // the engine's bytes at the last sample
+  std::vector<int64_t> forward_outside_;   // per push
+  std::vector<int64_t> backward_outside_;  // per backward call
 
   // This iteration.
   bool diverged_ = false;
