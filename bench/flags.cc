@@ -51,6 +51,7 @@ Flags ParseFlags(int argc, char** argv) {
     }
     else if (a == "--sim_only") f.sim_only = true;
     else if (a == "--retain") f.retain = true;
+    else if (a == "--probe") f.probe = true;
     else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
     else if (const char* v = val("--timeline_k")) f.timeline_k = std::atoi(v);
     else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;

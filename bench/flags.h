@@ -41,6 +41,13 @@ struct Flags {
   // that budget).
   std::vector<double> joint_k;
   std::vector<double> ckpt_k;
+  // --probe: byte-budget and joint rows give the Offloader a probe of the
+  // device bytes in use (OffloadOptions::device_bytes_probe, SPEC §4.7):
+  // CudaBackend::InUseProbe on the GPU, SimBackend::InUseProbe in the
+  // simulator. The budget then bounds the step's activation peak as the
+  // backend counts it (the last layer's output included), not only the
+  // saved tensors.
+  bool probe = false;
   // --graph_k=0,2,4: after the other rows, one row per value with the step
   // captured once as a CUDA graph (CaptureStep, layer_stack.h) and launched
   // `steps` times, next to eager steps of the same k measured the same way

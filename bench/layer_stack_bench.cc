@@ -10,6 +10,8 @@
 //                     [--sim_only [--gemm_ms=a,b,...] [--trace_k=K]]
 //                     [--timeline_k=K --timeline_prefix=PATH]
 //                     [--budget_k=4,4.5,...]  (byte-budget rows, SPEC §4.7)
+//                     [--probe]  (budget and joint rows: a probe of device
+//                                 bytes in use, SPEC §4.7)
 //                     [--graph_k=0,2,4]  (the step as a CUDA graph, §5.7)
 //
 // The pieces, in bench/:
@@ -67,13 +69,19 @@ void RunSimOnly(const Flags& flags) {
     std::printf("sim k=%d: step %.3f ms, peak %.3f GiB, hazards %zu\n", k,
                 r.step_ns / 1e6, GiB(r.peak_bytes), r.hazards);
   }
+  // The peak is the simulator's device high-water mark of the step (all
+  // it allocates: the user's measure); --probe gives the budget rows the
+  // simulator's probe of it.
   for (double b : flags.budget_k) {
     SimResult r = SimulateSchedule(s, BenchOptions(s, 0, b, false), ns, 55.3,
-                                   55.4);
-    std::printf("sim budget k=%g (%.3f GiB): step %.3f ms, peak %.3f GiB, "
-                "offloaded %.3f GiB/step, hazards %zu\n",
-                b, GiB(BudgetForK(s, b)), r.step_ns / 1e6, GiB(r.peak_bytes),
-                GiB(r.bytes_offloaded), r.hazards);
+                                   55.4, false, flags.probe);
+    std::printf("sim budget k=%g (%.3f GiB)%s: step %.3f ms, peak %.3f GiB "
+                "(%+.3f GiB of the budget), offloaded %.3f GiB/step, hazards "
+                "%zu\n",
+                b, GiB(BudgetForK(s, b)), flags.probe ? " probe" : "",
+                r.step_ns / 1e6, GiB(r.peak_bytes),
+                GiB(r.peak_bytes - BudgetForK(s, b)), GiB(r.bytes_offloaded),
+                r.hazards);
   }
   // The joint plan (SPEC §4.8) and recompute alone, at the same budgets,
   // with the bandwidths the simulator copies at.
@@ -108,12 +116,14 @@ void RunSimOnly(const Flags& flags) {
           plan_text += line;
         }
       }
-      SimResult r = SimulateSchedule(rs, oo, ns, 55.3, 55.4);
-      std::printf("sim %s k=%g (%.3f GiB): step %.3f ms, peak %.3f GiB, "
-                  "recomputed %d layers, offloaded %.3f GiB/step, hazards "
-                  "%zu\n%s",
+      const bool probe = flags.probe && mode == RowMode::kJoint;
+      SimResult r = SimulateSchedule(rs, oo, ns, 55.3, 55.4, false, probe);
+      std::printf("sim %s k=%g (%.3f GiB)%s: step %.3f ms, peak %.3f GiB "
+                  "(%+.3f GiB of the budget), recomputed %d layers, offloaded "
+                  "%.3f GiB/step, hazards %zu\n%s",
                   RowModeName(mode), b, GiB(BudgetForK(s, b)),
-                  r.step_ns / 1e6, GiB(r.peak_bytes), recomputed,
+                  probe ? " probe" : "", r.step_ns / 1e6, GiB(r.peak_bytes),
+                  GiB(r.peak_bytes - BudgetForK(s, b)), recomputed,
                   GiB(r.bytes_offloaded), r.hazards, plan_text.c_str());
     }
   }

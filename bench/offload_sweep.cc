@@ -55,6 +55,11 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
       continue;
     }
     if (config.mode == RowMode::kLayers) oo.offloaded_layers = k;
+    // --probe: the budget counts what the backend's pool counts (SPEC
+    // §4.7); the bound's simulator uses its own probe.
+    const bool probe = flags.probe && (config.mode == RowMode::kBudget ||
+                                       config.mode == RowMode::kJoint);
+    if (probe) oo.device_bytes_probe = &be.InUseProbe();
     StatusOr<std::unique_ptr<Offloader>> created = Offloader::Create(be, oo);
     if (!created.ok()) {  // e.g. no joint plan fits the budget
       std::fprintf(stderr, "%s k=%g: %s\n", RowModeName(config.mode),
@@ -134,6 +139,7 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     row.k = k;
     row.budget_k = config.budget_k;
     row.mode = config.mode;
+    row.probe = probe;
     if (config.budget_k >= 0) {
       row.budget_bytes = BudgetForK(s, config.budget_k);
       if (config.mode == RowMode::kJoint) plan_text = off->JointPlanText();
@@ -162,7 +168,8 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     row.identical = hashes == reference;
     row.pinned_slab_allocs =
         st1.pinned_slab_allocations - st0.pinned_slab_allocations;
-    SimResult sim = SimulateSchedule(s, oo, gemm_ns, peak_d2h, peak_h2d);
+    SimResult sim =
+        SimulateSchedule(s, oo, gemm_ns, peak_d2h, peak_h2d, false, probe);
     row.bound_ns = sim.step_ns;
     if (config.mode == RowMode::kJoint) {
       if (StatusOr<JointRowLimit> limit = JointRowLimitOf(oo); limit.ok()) {
@@ -172,7 +179,8 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     }
     row.sim_peak = sim.peak_bytes;
     row.hazards = sim.hazards;
-    SimResult sim_own = SimulateSchedule(s, oo, own_ns, peak_d2h, peak_h2d);
+    SimResult sim_own =
+        SimulateSchedule(s, oo, own_ns, peak_d2h, peak_h2d, false, probe);
     row.bound_own_ns = sim_own.step_ns;
     for (int g = 0; g < kGemms; ++g) (g < 5 ? row.fwd_ns : row.bwd_ns) += own_ns[g];
     for (int q = 0; q < kCalls; ++q) {

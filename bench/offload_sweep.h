@@ -24,6 +24,7 @@ namespace offload::bench {
 struct SweepRow {
   int k = 0;               // -1 for a byte-budget, joint or ckpt row
   RowMode mode = RowMode::kLayers;
+  bool probe = false;  // --probe: the Offloader had CudaBackend::InUseProbe
   int recomputed = 0;      // layers recomputed per step
   double budget_k = -1;    // --budget_k value of a byte-budget row
   int64_t budget_bytes = 0;

@@ -50,8 +50,9 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
               "ratio | k-of-n ratio (floor/ceil) | k-of-n peak ratio | "
               "bound ms | measured/bound | offloaded GiB/step | "
               "host us/offl. tensor | bit-identical | fwd ms/layer (own) | "
-              "bwd ms/layer (own) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "bwd ms/layer (own) | peak - budget GiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+              "---|\n");
   for (const SweepRow& r : rows) {
     if (r.mode != RowMode::kBudget) continue;
     const SweepRow* lo = k_row(int(r.budget_k));
@@ -65,13 +66,15 @@ void PrintBudgetRows(const Shape& s, const std::vector<SweepRow>& rows) {
                     double(hi->peak) / double(r0.peak));
     }
     std::printf("| %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %s | %s | %.2f | "
-                "%.3f | %.2f | %.2f | %s | %.3f | %.3f |\n",
+                "%.3f | %.2f | %.2f | %s | %.3f | %.3f | %+.3f%s |\n",
                 r.budget_k, GiB(r.budget_bytes), r.step_ns / 1e6,
                 r.step_ns / r0.step_ns, GiB(r.peak),
                 double(r.peak) / double(r0.peak), te, te_peak,
                 r.bound_ns / 1e6, r.step_ns / r.bound_ns, GiB(r.d2h_bytes),
                 r.host_ns_per_offloaded / 1e3, r.identical ? "yes" : "NO",
-                r.fwd_ns / 1e6, r.bwd_ns / 1e6);
+                r.fwd_ns / 1e6, r.bwd_ns / 1e6,
+                GiB(int64_t(r.peak) - r.budget_bytes),
+                r.probe ? " (probe)" : "");
   }
 }
 
@@ -98,15 +101,18 @@ void PrintJointRows(const std::vector<SweepRow>& rows) {
       "offloading; nothing is offloaded. A recomputed layer saves only x "
       "and re-runs its GEMMs 0..3 before its backward. Peaks are the "
       "device pool's (everything the step allocates). The budget counts "
-      "saved tensors and re-created ones, not the forward's transients. "
+      "saved tensors and re-created ones, and with --probe (rows marked "
+      "probe) everything the pool holds between the forward's first push and "
+      "the backward's last call (SPEC §4.7). "
       "plan ms: the joint plan's predicted step; limit ms: the least step any "
       "keep / offload / recompute choice of the same layers can have within "
       "the budget (engine/joint_limit.h), from the same layer costs.\n\n");
   std::printf("| row | budget k | budget GiB | step ms | ratio | act. peak GiB "
               "| ratio | recomputed layers | offloaded GiB/step | byte budget "
               "ratio (same k) | bound ms | measured/bound | plan ms | limit ms "
-              "| plan/limit | bit-identical |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| plan/limit | bit-identical | peak - budget GiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+              "---|\n");
   for (const SweepRow& r : rows) {
     if (r.mode != RowMode::kJoint && r.mode != RowMode::kCheckpoint) continue;
     char budget[32] = "-";
@@ -119,12 +125,14 @@ void PrintJointRows(const std::vector<SweepRow>& rows) {
                     r.limit_ns / 1e6, r.plan_ns / r.limit_ns);
     }
     std::printf("| %s | %g | %.2f | %.2f | x%.3f | %.2f | x%.2f | %d | %.2f "
-                "| %s | %.2f | %.3f | %s | %s |\n",
+                "| %s | %.2f | %.3f | %s | %s | %+.3f%s |\n",
                 RowModeName(r.mode), r.budget_k, GiB(r.budget_bytes),
                 r.step_ns / 1e6, r.step_ns / r0.step_ns, GiB(r.peak),
                 double(r.peak) / double(r0.peak), r.recomputed,
                 GiB(r.d2h_bytes), budget, r.bound_ns / 1e6,
-                r.step_ns / r.bound_ns, limit, r.identical ? "yes" : "NO");
+                r.step_ns / r.bound_ns, limit, r.identical ? "yes" : "NO",
+                GiB(int64_t(r.peak) - r.budget_bytes),
+                r.probe ? " (probe)" : "");
   }
 }
 

@@ -68,7 +68,7 @@ SimResult SimulateSchedule(const Shape& s, int k,
 SimResult SimulateSchedule(const Shape& s, const OffloadOptions& oo,
                            const std::array<double, kGemms>& ns,
                            double d2h_gbps, double h2d_gbps,
-                           bool print_trace) {
+                           bool print_trace, bool probe) {
   SimOptions so;
   so.d2h_gbps = d2h_gbps;
   so.h2d_gbps = h2d_gbps;
@@ -79,7 +79,9 @@ SimResult SimulateSchedule(const Shape& s, const OffloadOptions& oo,
   so.record_trace = print_trace;
   SimBackend sim(so);
   SimExec ex(sim, ns);
-  auto off = Must(Offloader::Create(sim, oo), "Offloader::Create (sim)");
+  OffloadOptions options = oo;
+  options.device_bytes_probe = probe ? &sim.InUseProbe() : nullptr;
+  auto off = Must(Offloader::Create(sim, options), "Offloader::Create (sim)");
   std::vector<double> steps;
   int64_t offloaded_before = 0;
   for (int it = 0; it < 3; ++it) {

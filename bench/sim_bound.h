@@ -34,11 +34,13 @@ SimResult SimulateSchedule(const Shape& s, int k,
                            bool print_trace = false);
 
 // The same with any Offloader options (e.g. a byte budget: the first of the
-// three steps records, the last is planned).
+// three steps records, the last is planned). The options' own
+// device_bytes_probe (another backend's) is ignored; with `probe` the
+// simulator's (SimBackend::InUseProbe) takes its place (SPEC §4.7).
 SimResult SimulateSchedule(const Shape& s, const OffloadOptions& options,
                            const std::array<double, kGemms>& ns,
                            double d2h_gbps, double h2d_gbps,
-                           bool print_trace = false);
+                           bool print_trace = false, bool probe = false);
 
 // The layer stack's GEMMs on `sim`: kernel g takes ns[g] nanoseconds and
 // declares the activations it reads and writes (for the hazard detector);

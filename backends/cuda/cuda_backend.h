@@ -97,6 +97,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -113,6 +114,7 @@
 
 #include "backends/cuda/pinned_arena.h"
 #include "engine/backend.h"
+#include "engine/device_bytes_probe.h"
 #include "engine/status.h"
 
 namespace offload {
@@ -252,6 +254,17 @@ class CudaBackend final : public Backend {
 
   // Counters; kInternal if the pool attributes cannot be read.
   StatusOr<CudaBackendStats> stats() const;
+
+  // A probe for OffloadOptions::device_bytes_probe (SPEC §4.7): the device
+  // bytes allocated through this backend's AllocateDevice (its pool or the
+  // CudaDeviceAllocator) and not yet handed to a free, in host order
+  // (stats().device_bytes_in_use), with a high-water mark of its own. It
+  // counts the engine's tensors and whatever the workload allocates through
+  // this backend (layer_stack_bench's activations); memory allocated
+  // elsewhere (cudaMalloc, a framework's caching allocator) it does not
+  // see: such a caller passes its allocator's count instead. Thread-safe;
+  // lives as long as the backend.
+  DeviceBytesProbe& InUseProbe() { return in_use_probe_; }
 
   // Gives reserved but unused device pool memory back to the driver
   // (cudaMemPoolTrimTo after synchronizing this backend's streams) with the
@@ -417,6 +430,28 @@ class CudaBackend final : public Backend {
   std::deque<cudaEvent_t> retired_events_;
   std::map<uintptr_t, int64_t> device_live_;  // address -> bytes
   CudaBackendStats counters_;
+  // The most device_bytes_in_use since InUseProbe's last TakePeakBytes.
+  int64_t device_bytes_peak_ = 0;  // guarded by mu_
+
+  class InUseProbeImpl final : public DeviceBytesProbe {
+   public:
+    explicit InUseProbeImpl(CudaBackend& backend) : backend_(backend) {}
+    int64_t InUseBytes() override {
+      std::lock_guard<std::mutex> lock(backend_.mu_);
+      return backend_.counters_.device_bytes_in_use;
+    }
+    int64_t TakePeakBytes() override {
+      std::lock_guard<std::mutex> lock(backend_.mu_);
+      const int64_t now = backend_.counters_.device_bytes_in_use;
+      const int64_t peak = std::max(backend_.device_bytes_peak_, now);
+      backend_.device_bytes_peak_ = now;
+      return peak;
+    }
+
+   private:
+    CudaBackend& backend_;
+  };
+  InUseProbeImpl in_use_probe_{*this};
 
   // Capture bookkeeping, guarded by mu_.
   std::map<uint64_t, Capture> captures_;             // running, by id

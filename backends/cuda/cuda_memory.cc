@@ -68,6 +68,8 @@ StatusOr<Buffer> CudaBackend::AllocateDevice(int64_t bytes, Stream& stream) {
     device_live_[reinterpret_cast<uintptr_t>(data)] = bytes;
     ++counters_.device_allocations;
     counters_.device_bytes_in_use += bytes;
+    device_bytes_peak_ =
+        std::max(device_bytes_peak_, counters_.device_bytes_in_use);
     return MakeBuffer(data, bytes, MemorySpace::kDevice, &stream);
   }
   const cudaError_t error = cudaMallocFromPoolAsync(
@@ -96,6 +98,8 @@ StatusOr<Buffer> CudaBackend::AllocateDevice(int64_t bytes, Stream& stream) {
     device_live_[reinterpret_cast<uintptr_t>(data)] = bytes;
     ++counters_.device_allocations;
     counters_.device_bytes_in_use += bytes;
+    device_bytes_peak_ =
+        std::max(device_bytes_peak_, counters_.device_bytes_in_use);
     if (capture != 0) {
       NoteGraphAllocationLocked(capture, reinterpret_cast<uintptr_t>(data),
                                 bytes);
