@@ -10,8 +10,15 @@ peak), in one process:
     layer and per block, after its profile and warm-up iterations.
 The peak is what the user measures: the step's max_memory_allocated above
 memory_allocated before the forward (gradients zeroed in place, as
-zero_grad(set_to_none=False): they are allocated before the step). Step
-times are medians of --steps timed steps, with their spread (max/min - 1).
+zero_grad(set_to_none=False): they are allocated before the step).
+Checkpoint-only and offload-only take the least k whose measured peak is
+within the budget (their step grows with k). Step times: the machine's speed
+drifts (shared hosts: a whole row ran 1.5x slower at times), so each
+budget's systems are timed interleaved, one step each per round with a step
+of no offloading, for --steps rounds; a system's step ratio is the median
+over rounds of its step over that round's no-offload step, its spread the
+ratios' interquartile range. Each step is timed with Python's garbage
+collector off (collected before it), as timeit does.
 The table has the plan, its predicted step and its limit (the least step
 any keep/offload/recompute choice of the same units can have, from the same
 profile; the time outside the units is added to both as measured). The
@@ -20,6 +27,7 @@ picture (frontier.png) is each system's memory-versus-step frontier.
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -42,14 +50,19 @@ def timed_steps(model, ids, wrap, steps):
         for p in model.parameters():  # zero_grad(set_to_none=False)
             if p.grad is not None:
                 p.grad.zero_()
+        gc.collect()  # Python's collector pauses are not the step's: timed without it
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
+        gc.disable()
         t0 = time.perf_counter()
-        with wrap():
-            out = model(input_ids=ids, labels=ids)
-        out.loss.backward()
-        torch.cuda.synchronize()
+        try:
+            with wrap():
+                out = model(input_ids=ids, labels=ids)
+            out.loss.backward()
+            torch.cuda.synchronize()
+        finally:
+            gc.enable()
         times.append(time.perf_counter() - t0)
         peak = max(peak, torch.cuda.max_memory_allocated() - base)
         loss = out.loss.detach().float()
@@ -88,8 +101,42 @@ def sweep(model, ids, n, steps, kind):
 
 
 def best_within(points, budget):
+    """The least k whose peak is within the budget (the step grows with k:
+    more layers re-run or copied)."""
     fits = [p for p in points if p["peak"] <= budget]
-    return min(fits, key=lambda p: p["time"]) if fits else None
+    return min(fits, key=lambda p: p["k"]) if fits else None
+
+
+def wrap_for(model, n, label, k):
+    """A fresh context for checkpointing or TE's offloading of k layers."""
+    if label == "checkpoint":
+        return lambda: demo.checkpoint_layers(model, k)
+    ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=k, model_layers=n)
+    return lambda: demo.te_hooks(model, ctx, sync)
+
+
+def interleaved(model, ids, wraps, rounds):
+    """Per system (label -> wrap): the median and interquartile range of its
+    step over the same round's no-offload step, its peak, loss and grads."""
+    systems = [("none", contextlib.nullcontext)] + list(wraps.items())
+    for _, wrap in systems:
+        timed_steps(model, ids, wrap, 1)  # pinned buffers, caches
+    ratios = {label: [] for label, _ in systems}
+    last = {}
+    for _ in range(rounds):
+        reference = None
+        for label, wrap in systems:
+            r = timed_steps(model, ids, wrap, 1)
+            reference = r["time"] if reference is None else reference
+            ratios[label].append(r["time"] / reference)
+            r["peak"] = max(r["peak"], last.get(label, {}).get("peak", 0))
+            last[label] = r
+    out = {}
+    for label, _ in systems[1:]:
+        q = statistics.quantiles(ratios[label], n=4) if rounds > 1 else [ratios[label][0]] * 3
+        out[label] = dict(last[label], ratio=statistics.median(ratios[label]),
+                          spread=q[2] - q[0])
+    return out
 
 
 def joint(model, ids, budget, granularity, steps, reference):
@@ -100,7 +147,7 @@ def joint(model, ids, budget, granularity, steps, reference):
             timed_steps(model, ids, lambda: ctx, 1)
         except ValueError as refused:  # SPEC §7.8: told once, the smallest planned
             note = str(refused)
-    r = timed_steps(model, ids, lambda: ctx, steps)
+    r = timed_steps(model, ids, lambda: ctx, 2)
     jb = ctx.joint_budget
     units_ns = sum(u["forward_ns"] + u["backward_ns"] for u in jb.profile["units"])
     outside_ns = reference["time"] * 1e9 - units_ns  # the step outside the units
@@ -113,7 +160,7 @@ def joint(model, ids, budget, granularity, steps, reference):
                  f"({t / 1e6:.1f}/{(q['step_ns'] + outside_ns) / 1e6:.1f}, {p / 2**20:.0f}/"
                  f"{(q['peak_bytes'] + jb.profile['outside']) / 2**20:.0f}, "
                  f"{short_plan(jb.unit_choices(q))})" for t, p, q in jb._all_trials))
-    del ctx
+    r["wrap"] = lambda: ctx
     return r
 
 
@@ -148,10 +195,20 @@ def run_model(name, args, out):
         entries = []
         for label, points in (("checkpoint", ckpt), ("offload", offl)):
             p = best_within(points, budget)
+            if p is not None:
+                p = dict(p, wrap=wrap_for(model, n, label, p["k"]))
             entries.append((label, p, f"k={p['k']}/{n}" if p else "none fits"))
         for granularity in args.granularities:
             r = joint(model, ids, budget, granularity, args.steps, reference)
             entries.append((f"joint/{granularity}", r, short_plan(r["plan"])))
+        timed = interleaved(model, ids, {label: r["wrap"] for label, r, _ in entries
+                                         if r is not None}, args.steps)
+        for label, r, _ in entries:
+            if r is not None:
+                r.update(peak=max(r["peak"], timed[label]["peak"]),
+                         time=timed[label]["ratio"] * t0, spread=timed[label]["spread"],
+                         loss=timed[label]["loss"], grads=timed[label]["grads"])
+        del timed
         for label, r, plan in entries:
             row = {"model": name, "fraction": fraction, "system": label, "plan": plan}
             if r is None:
