@@ -45,6 +45,7 @@ Status BudgetPolicy::MakePlan() {
   // SPEC §4.7: with a probe, the bytes in use outside the engine's saved
   // tensors, in the forward and in the backward (max with the above).
   if (probe_ != nullptr && !forward_outside_.empty()) {
+    recording.outside_counts_drops = true;
     recording.forward_outside = forward_outside_;
     recording.forward_outside.resize(pushes_, 0);
     if (recording.held_outside.empty()) {

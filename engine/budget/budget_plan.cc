@@ -189,7 +189,7 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   for (int i = 0; i < n; ++i) {
     if (plan.offloaded[i]) continue;
     for (int c = 0; c < r.units[i].free_at && c < calls; ++c) {
-      committed[c] += r.units[i].bytes;
+      if (r.CountedAt(i, c)) committed[c] += r.units[i].bytes;
     }
   }
   // Bytes held outside at a backward call may need room the forward did
@@ -205,7 +205,9 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
       }
       plan.offloaded[i] = true;
       plan.release_at[i] = r.forward_pushes - 1;
-      for (int d = 0; d < u.free_at && d < calls; ++d) committed[d] -= u.bytes;
+      for (int d = 0; d < u.free_at && d < calls; ++d) {
+        if (r.CountedAt(i, d)) committed[d] -= u.bytes;
+      }
     }
     if (committed[c] > budget) {
       return ResourceExhaustedError(
@@ -221,14 +223,19 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
     const int until = std::max(u.first_use + 1, std::min(u.done_at, calls));
     int at = -1;
     for (int c = first_call; c <= u.first_use && at < 0; ++c) {
-      const int64_t most =
-          *std::max_element(committed.begin() + c, committed.begin() + until);
-      if (most + u.bytes <= budget) at = c;
+      int64_t most = 0;
+      for (int d = c; d < until; ++d) {
+        most = std::max(most,
+                        committed[d] + (r.CountedAt(unit, d) ? u.bytes : 0));
+      }
+      if (most <= budget) at = c;
     }
     if (at < 0) {
       return too_small("in the backward", unit, committed[u.first_use]);
     }
-    for (int c = at; c < until; ++c) committed[c] += u.bytes;
+    for (int c = at; c < until; ++c) {
+      if (r.CountedAt(unit, c)) committed[c] += u.bytes;
+    }
     plan.reload_at[unit] = at;
     first_call = at;
   }
@@ -317,13 +324,17 @@ Status ValidateBudgetPlan(const BudgetPlan& plan, const BudgetRecording& r) {
         resident += r.units[i].bytes;
       }
     }
-    resident += r.HeldOutside(c);
+    int64_t uncounted = 0;  // in held_outside (outside_counts_drops)
+    for (size_t i = 0; i < n; ++i) {
+      if (on_device[i] && !r.CountedAt(int(i), c)) uncounted += r.units[i].bytes;
+    }
+    resident += r.HeldOutside(c) - uncounted;
     peak = std::max(peak, resident);
     if (resident > plan.budget) {
       return over("at backward call " + std::to_string(c) + " (" +
                   std::to_string(r.HeldOutside(c)) + " held outside)");
     }
-    resident -= r.HeldOutside(c);
+    resident -= r.HeldOutside(c) - uncounted;
   }
   if (peak != plan.peak_bytes) {
     return InvalidArgumentError("budget plan: peak " +

@@ -79,10 +79,23 @@ struct BudgetRecording {
   // first backward call (e.g. the last layer's output). The plan keeps
   // them within the budget too (SPEC §4.7).
   std::vector<int64_t> forward_outside;
+  // Set where held_outside comes from a probe: held_outside[c] is then the
+  // most in use during call c (until the next call) less the units still
+  // on device at the next call's start, so the units the caller drops
+  // during call c (free_at == c + 1) are already in it and the plan does
+  // not count them again there. (The probe cannot tell when in the
+  // interval they went; counting against the units at its end never
+  // undercounts.)
+  bool outside_counts_drops = false;
 
   int64_t HeldOutside(int call) const {
     return call < static_cast<int>(held_outside.size()) ? held_outside[call]
                                                         : 0;
+  }
+  // Whether unit `unit` is counted on its own at backward call `call` (see
+  // outside_counts_drops).
+  bool CountedAt(int unit, int call) const {
+    return !outside_counts_drops || units[unit].free_at != call + 1;
   }
   int64_t ForwardOutside(int push) const {
     return push < static_cast<int>(forward_outside.size())

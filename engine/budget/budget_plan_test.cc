@@ -249,6 +249,7 @@ RC_GTEST_PROP(BudgetPlanProperties, PlansAreValidAndMonotone, ()) {
     for (int c = 0; c < r.backward_calls; ++c) {
       r.held_outside.push_back(*rc::gen::inRange<int64_t>(0, 300));
     }
+    r.outside_counts_drops = *rc::gen::arbitrary<bool>();
   }
   const int64_t budget = *rc::gen::inRange<int64_t>(1, total + 302);
   StatusOr<BudgetPlan> plan = PlanBudget(r, budget);

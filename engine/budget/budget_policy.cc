@@ -280,7 +280,7 @@ StatusOr<SavedTensor> BudgetPolicy::Push(const Tensor& tensor) {
   NoteDrops(push);
   OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, push));
   pushes_ = push + 1;
-  ProbeAtPush(push);
+  ProbeAtPush(push, tensor.storage->size_bytes());
   AfterPush(push);
   return saved;
 }
@@ -333,19 +333,31 @@ StatusOr<SavedTensor> BudgetPolicy::Push(const CompositeTensor& tensor) {
                     core_.stats()));
   if (enabled) {
     pushes_ = push + 1;
-    ProbeAtPush(push);
+    std::vector<const Storage*> storages;
+    int64_t bytes = 0;
+    for (const std::optional<Tensor>& c : tensor.components) {
+      if (!c.has_value() || c->storage == nullptr) continue;
+      if (std::find(storages.begin(), storages.end(), c->storage.get()) ==
+          storages.end()) {
+        storages.push_back(c->storage.get());
+        bytes += c->storage->size_bytes();
+      }
+    }
+    ProbeAtPush(push, bytes);
     AfterPush(push);
   }
   return saved;
 }
 
-void BudgetPolicy::ProbeAtPush(int push) {
+void BudgetPolicy::ProbeAtPush(int push, int64_t pushed_bytes) {
   if (probe_ == nullptr || plan_.has_value()) return;
   const int64_t engine = ResidentNow();
   if (push == 0) {
+    // The window starts with the first pushed tensor: it counts, as the
+    // engine's or (kept, never offloaded) as outside.
     probe_->TakePeakBytes();  // a new high-water mark from here
-    probe_base_ = probe_->InUseBytes() - engine;
-    forward_outside_.assign(1, 0);
+    probe_base_ = probe_->InUseBytes() - pushed_bytes;
+    forward_outside_.assign(1, std::max<int64_t>(0, pushed_bytes - engine));
   } else {
     const int64_t peak = probe_->TakePeakBytes() - probe_base_;
     forward_outside_.resize(push + 1, 0);
@@ -358,9 +370,14 @@ void BudgetPolicy::ProbeAtCall(int call) {
   if (probe_ == nullptr || plan_.has_value() || forward_outside_.empty()) {
     return;
   }
-  const int64_t outside =
-      std::max<int64_t>(0, probe_->TakePeakBytes() - probe_base_ -
-                               interval_engine_);
+  // The engine's bytes only fall between two backward calls (units the
+  // caller drops; nothing is pushed): against the fewer, at this call's
+  // start, the outside bytes are never undercounted, wherever in the
+  // interval the peak came.
+  const int64_t engine = ResidentNow();
+  const int64_t outside = std::max<int64_t>(
+      0, probe_->TakePeakBytes() - probe_base_ -
+             std::min(interval_engine_, engine));
   if (call == 0) {
     // Since the last push: next to the units resident at its end.
     forward_outside_.back() = std::max(forward_outside_.back(), outside);
@@ -371,7 +388,7 @@ void BudgetPolicy::ProbeAtCall(int call) {
     backward_outside_[call - 1] =
         std::max(backward_outside_[call - 1], outside);
   }
-  interval_engine_ = ResidentNow();
+  interval_engine_ = engine;
 }
 
 }  // namespace offload

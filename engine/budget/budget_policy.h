@@ -203,13 +203,15 @@ class BudgetPolicy final : public OffloaderPolicy {
   // Recording with a probe (OffloadOptions::device_bytes_probe, SPEC
   // §4.7): after push `push` registered its tensors, the most bytes in use
   // since the previous push that the engine's saved tensors (ResidentNow)
-  // do not account for, above those at the first push
+  // do not account for, above those in use before the first push's tensor
+  // (`pushed_bytes`: the device bytes of its storages)
   // (BudgetRecording::forward_outside).
-  void ProbeAtPush(int push);
+  void ProbeAtPush(int push, int64_t pushed_bytes);
   // The same at the start of backward call `call` (backward_calls_ at
   // FinishBackward), after the call noted its drops: the interval since the
   // previous call (the first: since the last push, added to the last
-  // push's) next to the engine's bytes at its start (held_outside).
+  // push's), next to the fewer of the engine's bytes at its start and at
+  // its end (held_outside).
   void ProbeAtCall(int call);
 
   const OffloadOptions options_;
