@@ -46,7 +46,10 @@ struct Flags {
   // CudaBackend::InUseProbe on the GPU, SimBackend::InUseProbe in the
   // simulator. The budget then bounds the step's activation peak as the
   // backend counts it (the last layer's output included), not only the
-  // saved tensors.
+  // saved tensors. A budget no plan keeps then (the outside bytes count
+  // too) is planned at the smallest that fits
+  // (OffloadOptions::smallest_budget) instead of ending the run: the row's
+  // peak is then above its budget.
   bool probe = false;
   // --graph_k=0,2,4: after the other rows, one row per value with the step
   // captured once as a CUDA graph (CaptureStep, layer_stack.h) and launched

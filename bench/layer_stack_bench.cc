@@ -73,8 +73,9 @@ void RunSimOnly(const Flags& flags) {
   // it allocates: the user's measure); --probe gives the budget rows the
   // simulator's probe of it.
   for (double b : flags.budget_k) {
-    SimResult r = SimulateSchedule(s, BenchOptions(s, 0, b, false), ns, 55.3,
-                                   55.4, false, flags.probe);
+    OffloadOptions oo = BenchOptions(s, 0, b, false);
+    oo.smallest_budget = flags.probe;  // see Flags::probe
+    SimResult r = SimulateSchedule(s, oo, ns, 55.3, 55.4, false, flags.probe);
     std::printf("sim budget k=%g (%.3f GiB)%s: step %.3f ms, peak %.3f GiB "
                 "(%+.3f GiB of the budget), offloaded %.3f GiB/step, hazards "
                 "%zu\n",
@@ -117,6 +118,7 @@ void RunSimOnly(const Flags& flags) {
         }
       }
       const bool probe = flags.probe && mode == RowMode::kJoint;
+      oo.smallest_budget = probe;  // see Flags::probe
       SimResult r = SimulateSchedule(rs, oo, ns, 55.3, 55.4, false, probe);
       std::printf("sim %s k=%g (%.3f GiB)%s: step %.3f ms, peak %.3f GiB "
                   "(%+.3f GiB of the budget), recomputed %d layers, offloaded "

@@ -59,7 +59,10 @@ SweepResult RunSweep(GpuExec& ex, CudaBackend& be, const Flags& flags,
     // §4.7); the bound's simulator uses its own probe.
     const bool probe = flags.probe && (config.mode == RowMode::kBudget ||
                                        config.mode == RowMode::kJoint);
-    if (probe) oo.device_bytes_probe = &be.InUseProbe();
+    if (probe) {
+      oo.device_bytes_probe = &be.InUseProbe();
+      oo.smallest_budget = true;  // see Flags::probe
+    }
     StatusOr<std::unique_ptr<Offloader>> created = Offloader::Create(be, oo);
     if (!created.ok()) {  // e.g. no joint plan fits the budget
       std::fprintf(stderr, "%s k=%g: %s\n", RowModeName(config.mode),

@@ -33,8 +33,10 @@ std::array<double, kGemms> Millisecond() {
   return ns;
 }
 
-SimResult RunRow(RowMode mode, double budget_k, bool probe) {
+SimResult RunRow(RowMode mode, double budget_k, bool probe,
+                 PushAt push_at = PushAt::kGemm) {
   Shape s = SmallShape();
+  s.push_at = push_at;
   OffloadOptions oo;
   std::string plan;
   EXPECT_TRUE(RowOptions(s, mode, budget_k, Millisecond(), kGbps, kGbps,
@@ -61,6 +63,22 @@ TEST(ProbeStepSimTest, PeakAsMeasuredStaysWithinTheBudgetWithTheProbe) {
       EXPECT_EQ(probed.hazards, 0u);
       EXPECT_GE(probed.bytes_offloaded, blind.bytes_offloaded);
     }
+  }
+}
+
+// --push_at=layer allocates a layer's tensors before pushing them (against
+// the plan's model, budget_plan.h): without a probe the peak is a layer
+// over the budget; with it the probe sees them and the plan makes room.
+TEST(ProbeStepSimTest, LayerPushPointsStayWithinTheBudgetWithTheProbe) {
+  const Shape s = SmallShape();
+  for (double k : {2.0, 3.0}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    const int64_t budget = BudgetForK(s, k);
+    const SimResult blind = RunRow(RowMode::kBudget, k, false, PushAt::kLayer);
+    const SimResult probed = RunRow(RowMode::kBudget, k, true, PushAt::kLayer);
+    EXPECT_GT(blind.peak_bytes, budget);
+    EXPECT_LE(probed.peak_bytes, budget);
+    EXPECT_EQ(probed.hazards, 0u);
   }
 }
 

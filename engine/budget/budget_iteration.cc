@@ -202,6 +202,7 @@ void BudgetPolicy::ResetIteration() {
   traversals_ = 0;
   forward_outside_.clear();
   backward_outside_.clear();
+  probe_start_.reset();
 }
 
 }  // namespace offload

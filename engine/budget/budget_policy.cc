@@ -113,6 +113,12 @@ StatusOr<int> BudgetPolicy::ForwardStep() {
   OFFLOAD_RETURN_IF_ERROR(
       CheckForwardStep(Iteration(), n, forward_count_, backward_count_));
   RetryReleases();
+  if (forward_count_ == 0 && probe_ != nullptr && !plan_.has_value()) {
+    // The forward begins: the bytes in use before it, and a new high-water
+    // mark (ProbeAtPush).
+    probe_->TakePeakBytes();
+    probe_start_ = probe_->InUseBytes();
+  }
   const int layer = forward_count_++;
   open_layer_ = layer;
   return layer;
@@ -353,11 +359,14 @@ void BudgetPolicy::ProbeAtPush(int push, int64_t pushed_bytes) {
   if (probe_ == nullptr || plan_.has_value()) return;
   const int64_t engine = ResidentNow();
   if (push == 0) {
-    // The window starts with the first pushed tensor: it counts, as the
-    // engine's or (kept, never offloaded) as outside.
-    probe_->TakePeakBytes();  // a new high-water mark from here
-    probe_base_ = probe_->InUseBytes() - pushed_bytes;
-    forward_outside_.assign(1, std::max<int64_t>(0, pushed_bytes - engine));
+    // Everything allocated since the forward began counts, the first pushed
+    // tensor too (as the engine's or, kept, as outside). Whether that tensor
+    // was allocated before the first ForwardStep is not known: counted as
+    // if after it (the larger outside bytes, never fewer than the truth).
+    const int64_t now = probe_->InUseBytes();
+    probe_base_ = std::min(probe_start_.value_or(now), now) - pushed_bytes;
+    const int64_t peak = probe_->TakePeakBytes() - probe_base_;
+    forward_outside_.assign(1, std::max<int64_t>(0, peak - engine));
   } else {
     const int64_t peak = probe_->TakePeakBytes() - probe_base_;
     forward_outside_.resize(push + 1, 0);

@@ -202,10 +202,11 @@ class BudgetPolicy final : public OffloaderPolicy {
   bool HeldOutsideIn(int from, int to) const;
   // Recording with a probe (OffloadOptions::device_bytes_probe, SPEC
   // §4.7): after push `push` registered its tensors, the most bytes in use
-  // since the previous push that the engine's saved tensors (ResidentNow)
-  // do not account for, above those in use before the first push's tensor
-  // (`pushed_bytes`: the device bytes of its storages)
-  // (BudgetRecording::forward_outside).
+  // since the previous push (the first: since the first ForwardStep) that
+  // the engine's saved tensors (ResidentNow) do not account for, above
+  // those in use before the forward (the fewer of the bytes at the first
+  // ForwardStep and at the first push, less `pushed_bytes`, the device
+  // bytes of the first push's storages) (BudgetRecording::forward_outside).
   void ProbeAtPush(int push, int64_t pushed_bytes);
   // The same at the start of backward call `call` (backward_calls_ at
   // FinishBackward), after the call noted its drops: the interval since the
@@ -233,7 +234,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   DeviceBytesProbe* const probe_;  // options_.device_bytes_probe
 
   // Recording with a probe (ProbeAtPush, ProbeAtCall).
-  int64_t probe_base_ = 0;        // in use at the first push, not the engine's
+  std::optional<int64_t> probe_start_;  // in use at the first ForwardStep
+  int64_t probe_base_ = 0;        // in use before the forward's tensors
   int64_t interval_engine_ = 0;   // the engine's bytes at the last sample
   std::vector<int64_t> forward_outside_;   // per push
   std::vector<int64_t> backward_outside_;  // per backward call
