@@ -451,6 +451,28 @@ TEST(CudaBackendTest, DevicePoolKeepsFreedMemoryUntilTrimmed) {
   EXPECT_EQ(trimmed.device_pool_reserved_bytes, 0u);
 }
 
+// The probe for the byte budget (SPEC §4.7): bytes handed out by
+// AllocateDevice and not freed, in host order, with a high-water mark of
+// its own.
+TEST(CudaBackendTest, InUseProbeCountsDeviceAllocationsAndTheirPeak) {
+  const int64_t n = 4 * kMiB;
+  std::unique_ptr<CudaBackend> backend = MakeBackend();
+  ASSERT_NE(backend, nullptr);
+  Stream& compute = backend->ComputeStream();
+  DeviceBytesProbe& probe = backend->InUseProbe();
+  EXPECT_EQ(probe.InUseBytes(), 0);
+  probe.TakePeakBytes();
+  {
+    ASSERT_OK_AND_ASSIGN(Buffer a, backend->AllocateDevice(n, compute));
+    ASSERT_OK_AND_ASSIGN(Buffer b, backend->AllocateDevice(2 * n, compute));
+    EXPECT_EQ(probe.InUseBytes(), 3 * n);
+  }
+  EXPECT_EQ(probe.InUseBytes(), 0);  // freed in host order
+  EXPECT_EQ(probe.TakePeakBytes(), 3 * n);
+  EXPECT_EQ(probe.TakePeakBytes(), 0);
+  ASSERT_OK(compute.Synchronize());
+}
+
 // An engine-shaped iteration: per layer, activations are written on the
 // compute stream, offloaded on "d2h" into fresh pinned buffers, and freed on
 // compute once the offload is done; in backward they are reloaded on "h2d"
