@@ -193,10 +193,13 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
     }
   }
   // Bytes held outside at a backward call may need room the forward did
-  // not make: units on device then and first used later go to host too,
-  // earliest pushed first, released at the end of the forward.
+  // not make: with a probe's recording (forward_outside), units on device
+  // then and first used later go to host too, earliest pushed first,
+  // released at the end of the forward. (Without one, as before: such a
+  // budget is refused.)
+  const bool make_room = !r.forward_outside.empty();
   for (int c = 0; c < calls; ++c) {
-    for (int i = 0; i < n && committed[c] > budget; ++i) {
+    for (int i = 0; i < n && make_room && committed[c] > budget; ++i) {
       const BudgetUnit& u = r.units[i];
       if (plan.offloaded[i] || u.free_at <= c ||
           (u.first_use >= 0 && u.first_use <= c) ||

@@ -129,10 +129,11 @@ struct BudgetPlan {
 // copy starts when its last view is pushed; reloads start in order of first
 // use, each as soon as it fits after the frees of that call (next to the
 // bytes held outside at that call and every later one while it is on
-// device), and at the latest at its first use. Where bytes held outside
-// at a backward call leave too little room for the units kept there,
-// units first used after that call go to host too (earliest pushed
-// first), released at the end of the forward.
+// device), and at the latest at its first use. With a probe's recording
+// (forward_outside not empty), where bytes held outside at a backward call
+// leave too little room for the units kept there, units first used after
+// that call go to host too (earliest pushed first), released at the end of
+// the forward.
 // Errors: kInvalidArgument if budget <= 0 or the recording is inconsistent
 //   (ValidateRecording); kResourceExhausted naming the layer, unit and bytes
 //   where no plan can keep the budget (a unit larger than it, or units that
