@@ -45,6 +45,21 @@ const RaceTrial* FastestFitting(const std::vector<RaceTrial>& trials,
   return best;
 }
 
+// The fastest trial over `budget` that is faster than `best` by more than
+// `share` of its step, or null.
+const RaceTrial* FasterOver(const std::vector<RaceTrial>& trials,
+                            const RaceTrial& best, int64_t budget,
+                            double share) {
+  const RaceTrial* faster = nullptr;
+  for (const RaceTrial& t : trials) {
+    if (t.peak_bytes > budget && t.step_ns < best.step_ns * (1 - share) &&
+        (faster == nullptr || t.step_ns < faster->step_ns)) {
+      faster = &t;
+    }
+  }
+  return faster;
+}
+
 }  // namespace
 
 JointRace::JointRace(std::vector<UnitCost> units, double d2h_gbps,
@@ -61,7 +76,8 @@ JointRace::JointRace(std::vector<UnitCost> units, double d2h_gbps,
       h2d_gbps_(h2d_gbps),
       budget_(budget),
       units_budget_(static_cast<int64_t>(budget * (1 - options.margin)) -
-                    outside) {}
+                    outside),
+      lowerings_left_(options.lowerings) {}
 
 JointProblem JointRace::Problem(int64_t budget, bool offload,
                                 bool recompute) const {
@@ -232,6 +248,34 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
     return out;
   }
   if (const RaceTrial* best = FastestFitting(trials_, budget_)) {
+    // A trial faster than it but over the budget: a plan made for that
+    // trial's predicted peak less its excess may fit and stay faster. Race
+    // again (at most options_.lowerings times), the trials that fit kept.
+    const RaceTrial* faster = lowerings_left_ > 0
+        ? FasterOver(trials_, *best, budget_, options_.worth_lowering)
+        : nullptr;
+    if (faster != nullptr) {
+      const int64_t lowered =
+          std::min(units_budget_, faster->plan.plan.peak_bytes) -
+          (faster->peak_bytes - budget_) -
+          static_cast<int64_t>(budget_ * options_.margin);
+      if (lowered >= SmallestUnits()) {
+        --lowerings_left_;
+        std::vector<RaceTrial> fitting;
+        for (const RaceTrial& t : trials_) {
+          if (t.peak_bytes <= budget_) fitting.push_back(t);
+        }
+        units_budget_ = lowered;
+        out = Replan();
+        trials_.insert(trials_.end(), fitting.begin(), fitting.end());
+        // A candidate already measured to fit runs no more.
+        candidates_.erase(
+            std::remove_if(candidates_.begin(), candidates_.end(),
+                           [&](const RacePlan& c) { return ChoiceIn(c.plan, fitting); }),
+            candidates_.end());
+        return out;
+      }
+    }
     Apply(best->plan);
     settled_ = true;
     checks_left_ = options_.checked_iterations;

@@ -18,7 +18,10 @@
 //    highest peak of the others are its trial. The first trial of a plan
 //    that offloads fits the copy bandwidths to its step (Calibrate). Then
 //    the fastest trial that fits the budget is kept, its peak checked in
-//    the next checked_iterations; where none fits, the units' budget is
+//    the next checked_iterations (but where a faster trial is over the
+//    budget, the units' budget is lowered to its predicted peak less its
+//    excess and the race runs again, the fitting trials kept: see
+//    JointRaceOptions::worth_lowering); where none fits, the units' budget is
 //    lowered by the least excess and planned anew; where it cannot be
 //    lowered below the smallest, the plan measured lowest is kept (with a
 //    warning).
@@ -48,6 +51,12 @@ struct JointRaceOptions {
   int warmup_iterations = 24;
   // The plan leaves this share of the budget spare (allocator rounding).
   double margin = 0.01;
+  // A trial faster than every one that fits by more than this share of
+  // their step, but over the budget, lowers the units' budget to its
+  // predicted peak less its excess, for a race of plans like it that may
+  // fit; the trials that fit stay in that race. At most `lowerings` times.
+  double worth_lowering = 0.02;
+  int lowerings = 2;
 };
 
 // A plan the race made, with the units' budget it was made for.
@@ -166,6 +175,7 @@ class JointRace {
   RacePlan plan_;
   std::vector<RacePlan> candidates_;
   std::vector<std::pair<double, int64_t>> runs_;  // of the plan in force
+  int lowerings_left_;  // of options_.lowerings
   std::vector<RaceTrial> trials_;
   std::vector<RaceTrial> all_trials_;
   bool settled_ = false;

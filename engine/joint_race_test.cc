@@ -40,9 +40,10 @@ std::vector<bool> Recomputed(const JointPlan& plan) {
 
 // Four units at `gbps`, nothing outside them, no margin unless given.
 JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
-                    double margin = 0) {
+                    double margin = 0, int lowerings = 2) {
   JointRaceOptions options;
   options.margin = margin;
+  options.lowerings = lowerings;
   return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
                    /*allow_offload=*/true, /*allow_recompute=*/true,
                    {0, 1, 2, 3}, options);
@@ -61,9 +62,11 @@ RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
 }
 
 // Budget 700 for four 300-byte units at 1 B/ns: the joint plan and three
-// candidates (recompute-only, offload-only, the first unit recomputed).
+// candidates (recompute-only, offload-only, the first unit recomputed). No
+// new race for a faster plan over the budget (lowerings = 0; see
+// AFasterTrialOverTheBudgetLowersAndRacesAgainKeepingThoseThatFit).
 TEST(JointRaceTest, TheFastestCandidateThatFitsIsKeptAndChecked) {
-  JointRace race = FourUnits(1.0, 700);
+  JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0);
   ASSERT_OK(race.Start());
   EXPECT_THAT(race.refusal(), IsEmpty());
   ASSERT_EQ(race.candidates().size(), 3u);
@@ -115,6 +118,48 @@ TEST(JointRaceTest, AllOverLowersTheUnitsByTheLeastExcess) {
   EXPECT_EQ(race.all_trials().size(), static_cast<size_t>(plans));
   EXPECT_LE(race.plan().peak_bytes, 960);
   EXPECT_EQ(race.race_plan().budget, 960);
+}
+
+// The joint plan runs fastest but 10 bytes over; the others fit, slower.
+// The units' budget drops to the joint plan's predicted peak less the excess
+// and the margin, and a new race runs with the fitting trials kept (not run
+// again); where its plans measure slower, the fastest that fit is kept.
+TEST(JointRaceTest, AFasterTrialOverTheBudgetLowersAndRacesAgainKeepingThoseThatFit) {
+  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
+  ASSERT_OK(race.Start());
+  const int plans = 1 + race.candidates().size();
+  ASSERT_GE(plans, 2);
+  const int64_t predicted = race.plan().peak_bytes;
+  const std::string second = Choices(race.candidates()[0].plan);
+  RaceStep last = RunCandidate(race, 900, 1010);
+  for (int k = 1; k < plans; ++k) last = RunCandidate(race, 1000 + k, 950);
+  EXPECT_TRUE(last.applied);
+  EXPECT_FALSE(race.settled());
+  EXPECT_EQ(race.units_budget(), std::min<int64_t>(990, predicted) - 10 - 10);
+  ASSERT_EQ(race.trials().size(), static_cast<size_t>(plans - 1));
+  for (const RaceTrial& t : race.trials()) {
+    EXPECT_LE(t.peak_bytes, 1000);
+    EXPECT_NE(Choices(t.plan.plan), Choices(race.plan()));
+    for (const RacePlan& c : race.candidates()) {
+      EXPECT_NE(Choices(c.plan), Choices(t.plan.plan));
+    }
+  }
+  const int again = 1 + race.candidates().size();
+  for (int k = 0; k < again; ++k) last = RunCandidate(race, 2000, 900);
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(Choices(race.plan()), second);
+}
+
+// No faster trial over the budget is worth a new race when it gains less
+// than worth_lowering (2%): the fastest that fits is kept at once.
+TEST(JointRaceTest, AFasterTrialOverTheBudgetByTooLittleIsNotRacedAgain) {
+  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
+  ASSERT_OK(race.Start());
+  const int plans = 1 + race.candidates().size();
+  RaceStep last = RunCandidate(race, 995, 1010);
+  for (int k = 1; k < plans; ++k) last = RunCandidate(race, 1000 + k, 950);
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(race.units_budget(), 990);
 }
 
 // Far over whatever the plan: the units' budget cannot go below the

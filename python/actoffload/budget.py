@@ -39,7 +39,9 @@ before the forward. Its life:
      times (the first allocates pinned buffers and does not count); the
      fastest whose peak fits is kept, and its peak is checked in the next
      CHECKED_ITERATIONS. Where none fits, the
-     units' share is lowered by the least excess and planned anew. The
+     units' share is lowered by the least excess and planned anew; where a
+     faster plan measured over, plans like it are made for its predicted
+     peak less its excess and raced against those that fit. The
      race is the engine's (_C.JointRace, engine/joint_race.h): this module
      reports each measured step and peak and applies the plan it says.
 This module is glue: it measures and applies; the engine plans.
@@ -59,8 +61,10 @@ _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
 # The race's options (engine/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
 # RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
-# fits is kept, its peak checked and the plan lowered where it is over.
-WARMUP_ITERATIONS = 24
+# fits is kept, its peak checked and the plan lowered where it is over; a
+# faster plan measured over the budget races plans like it made for less
+# (JointRaceOptions::worth_lowering): room for two such races.
+WARMUP_ITERATIONS = 40
 # Each candidate runs this often; the first run (pinned buffers allocated)
 # does not count, the least step and the highest peak of the others do.
 RUNS_PER_CANDIDATE = 3
