@@ -95,6 +95,7 @@ def sweep(model, ids, n, steps, kind):
             wrap = lambda ctx=ctx, sync=sync: demo.te_hooks(model, ctx, sync)  # noqa: E731
         timed_steps(model, ids, wrap, 2)  # warm-up
         r = timed_steps(model, ids, wrap, steps)
+        del r["grads"]  # the rows' gradients are checked when timed interleaved
         r["k"] = k
         points.append(r)
     return points
@@ -115,9 +116,11 @@ def wrap_for(model, n, label, k):
     return lambda: demo.te_hooks(model, ctx, sync)
 
 
-def interleaved(model, ids, wraps, rounds):
+def interleaved(model, ids, wraps, rounds, reference):
     """Per system (label -> wrap): the median and interquartile range of its
-    step over the same round's no-offload step, its peak, loss and grads."""
+    step over the same round's no-offload step, its peak, and whether its
+    last step's loss and gradients are `reference`'s."""
+    reference_run = reference
     systems = [("none", contextlib.nullcontext)] + list(wraps.items())
     for _, wrap in systems:
         timed_steps(model, ids, wrap, 1)  # pinned buffers, caches
@@ -130,6 +133,8 @@ def interleaved(model, ids, wraps, rounds):
             reference = r["time"] if reference is None else reference
             ratios[label].append(r["time"] / reference)
             r["peak"] = max(r["peak"], last.get(label, {}).get("peak", 0))
+            r["identical"] = identical(reference_run, r) if label != "none" else ""
+            del r["grads"]
             last[label] = r
     out = {}
     for label, _ in systems[1:]:
@@ -148,6 +153,7 @@ def joint(model, ids, budget, granularity, steps, reference):
         except ValueError as refused:  # SPEC §7.8: told once, the smallest planned
             note = str(refused)
     r = timed_steps(model, ids, lambda: ctx, 2)
+    del r["grads"]
     jb = ctx.joint_budget
     units_ns = sum(u["forward_ns"] + u["backward_ns"] for u in jb.profile["units"])
     outside_ns = reference["time"] * 1e9 - units_ns  # the step outside the units
@@ -187,6 +193,7 @@ def run_model(name, args, out):
             f"{torch.cuda.get_device_name()}, torch {torch.__version__}; no offload "
             f"{p0 / 2**20:.0f} MiB, {t0 * 1e3:.1f} ms (spread {reference['spread']:.3f}; "
             f"again x{again['time'] / t0:.3f}, {identical(reference, again)})")
+    del again["grads"]
     lines = [head, f"{'budget':>7s} {'system':>14s} {'plan':>18s} {'mem x':>6s} "
              f"{'step x':>7s} {'spread':>6s} {'pred x':>7s} {'limit x':>7s}  identical"]
     rows, plans = [], []
@@ -202,12 +209,12 @@ def run_model(name, args, out):
             r = joint(model, ids, budget, granularity, args.steps, reference)
             entries.append((f"joint/{granularity}", r, short_plan(r["plan"])))
         timed = interleaved(model, ids, {label: r["wrap"] for label, r, _ in entries
-                                         if r is not None}, args.steps)
+                                         if r is not None}, args.steps, reference)
         for label, r, _ in entries:
             if r is not None:
                 r.update(peak=max(r["peak"], timed[label]["peak"]),
                          time=timed[label]["ratio"] * t0, spread=timed[label]["spread"],
-                         loss=timed[label]["loss"], grads=timed[label]["grads"])
+                         identical=timed[label]["identical"])
         del timed
         for label, r, plan in entries:
             row = {"model": name, "fraction": fraction, "system": label, "plan": plan}
@@ -219,7 +226,7 @@ def run_model(name, args, out):
             limit = r.get("limit")
             row.update(mem=r["peak"] / p0, step=r["time"] / t0, spread=r["spread"],
                        predicted=pred and pred / t0, limit=limit and limit / t0,
-                       identical=identical(reference, r), note=r.get("note", ""))
+                       identical=r["identical"], note=r.get("note", ""))
             rows.append(row)
             if "text" in r:
                 plans.append(f"## {name}, budget {fraction}, {label}\n{r['text']}")
