@@ -28,11 +28,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr UnitChoice K = UnitChoice::kKeep;
-constexpr UnitChoice O = UnitChoice::kOffload;
-constexpr UnitChoice R = UnitChoice::kRecompute;
-constexpr UnitChoice S = UnitChoice::kSelective;
-
 // a <= b, up to the rounding of two different sums of the same terms.
 bool AtMost(double a, double b) {
   return a <= b + 1e-9 * std::max(1.0, std::fabs(b));

@@ -20,11 +20,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr UnitChoice K = UnitChoice::kKeep;
-constexpr UnitChoice O = UnitChoice::kOffload;
-constexpr UnitChoice R = UnitChoice::kRecompute;
-constexpr UnitChoice S = UnitChoice::kSelective;
-
 // Selective recompute (SPEC §4.8). SelectiveStack(3, 0.1, 600): each unit
 // may keep 60 of its 300 bytes and re-run its cheap ops in 10 ns, where a
 // full re-run takes 100 ns. Copies are too slow to help (3000 ns each).

@@ -20,11 +20,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr UnitChoice K = UnitChoice::kKeep;
-constexpr UnitChoice O = UnitChoice::kOffload;
-constexpr UnitChoice R = UnitChoice::kRecompute;
-constexpr UnitChoice S = UnitChoice::kSelective;
-
 TEST(JointPlanTest, EverythingFitsSoEverythingIsKept) {
   ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(Stack(2, 1.0, 600)));
   EXPECT_THAT(plan.choice, ElementsAre(K, K));

@@ -12,6 +12,12 @@
 
 namespace offload {
 
+// One letter a choice, for the expected plans of the joint tests.
+inline constexpr UnitChoice K = UnitChoice::kKeep;
+inline constexpr UnitChoice O = UnitChoice::kOffload;
+inline constexpr UnitChoice R = UnitChoice::kRecompute;
+inline constexpr UnitChoice S = UnitChoice::kSelective;
+
 // Units of 300 bytes, forward 100 ns, backward 200 ns; recomputing one
 // keeps its 30-byte input, takes 100 ns and holds 270 bytes during its
 // backward. Copies of 300 bytes at `gbps` (bytes per ns) take 300 / gbps ns.

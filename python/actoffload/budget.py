@@ -415,8 +415,16 @@ class JointBudget:
         """The plan's limit (_C.joint_limit, engine/joint_limit.h): the least
         step, in ns, any keep / offload / recompute choice of the same units
         can have within the units' budget, from the same profile; None
-        before the plan or with more than 14 units."""
+        before the plan or beyond the limit's reach (14 units, 3**14
+        choices: kJointLimitMaxChoices)."""
         if self.plan is None or len(self.profile["units"]) > 14:
+            return None
+        choices = 1
+        for u in self.profile["units"]:
+            choices *= (1 + (self.allow_offload and u.get("offloadable", True))
+                        + (self.allow_recompute and u["recomputable"])
+                        + (self.allow_recompute and u.get("selective", False)))
+        if choices > 3 ** 14:
             return None
         d2h, h2d = self.bandwidths
         result = _common.ext().joint_limit(
