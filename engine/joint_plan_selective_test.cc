@@ -221,21 +221,7 @@ RC_GTEST_PROP(JointPlanProperties, TheGreedySearchBeatsTheSimpleAlternatives,
   }
   p.budget = *rc::gen::inRange<int64_t>(total / 4 + 1, total + 1);
   StatusOr<JointPlan> plan = PlanJoint(p);
-  std::vector<std::vector<UnitChoice>> alternatives = {
-      std::vector<UnitChoice>(n, K)};
-  std::vector<UnitChoice> all(n, R), all_selective(n, R);
-  for (int i = 0; i < n; ++i) {
-    if (p.units[i].selective) all_selective[i] = S;
-    std::vector<UnitChoice> one(n, K);
-    one[i] = R;
-    alternatives.push_back(one);
-    if (p.units[i].selective) {
-      one[i] = S;
-      alternatives.push_back(one);
-    }
-  }
-  alternatives.push_back(all);
-  alternatives.push_back(all_selective);
+  const std::vector<std::vector<UnitChoice>> alternatives = SimpleAlternatives(p);
   if (!plan.ok()) {
     RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
     for (const auto& r : alternatives) RC_ASSERT(!EvaluateJoint(p, r).ok());

@@ -409,23 +409,7 @@ RC_GTEST_PROP(JointPlanProperties, BestAmongAlternativesAndWithinBudget, ()) {
   p.allow_recompute = *rc::gen::weightedElement<bool>({{4, true}, {1, false}});
   StatusOr<JointPlan> plan = PlanJoint(p);
   const int n = static_cast<int>(p.units.size());
-  std::vector<std::vector<UnitChoice>> alternatives = {
-      std::vector<UnitChoice>(n, K)};
-  std::vector<UnitChoice> all(n, K), all_selective(n, K);
-  for (int i = 0; i < n; ++i) {
-    if (!p.units[i].recomputable || !p.allow_recompute) continue;
-    all[i] = R;
-    all_selective[i] = p.units[i].selective ? S : R;
-    std::vector<UnitChoice> one(n, K);
-    one[i] = R;
-    alternatives.push_back(one);
-    if (p.units[i].selective) {
-      one[i] = S;
-      alternatives.push_back(one);
-    }
-  }
-  alternatives.push_back(all);
-  alternatives.push_back(all_selective);
+  const std::vector<std::vector<UnitChoice>> alternatives = SimpleAlternatives(p);
   if (!plan.ok()) {
     RC_ASSERT(plan.status().code() == StatusCode::kResourceExhausted);
     for (const auto& r : alternatives) RC_ASSERT(!EvaluateJoint(p, r).ok());

@@ -6,6 +6,7 @@
 #define OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/joint_plan.h"
 #include "rapidcheck.h"
@@ -17,6 +18,32 @@ inline constexpr UnitChoice K = UnitChoice::kKeep;
 inline constexpr UnitChoice O = UnitChoice::kOffload;
 inline constexpr UnitChoice R = UnitChoice::kRecompute;
 inline constexpr UnitChoice S = UnitChoice::kSelective;
+
+// The simple alternatives a joint plan must be no slower than: all kept,
+// each recomputable unit re-run alone (in full, and selectively where it
+// may), all re-run in full, and all selectively where they may.
+inline std::vector<std::vector<UnitChoice>> SimpleAlternatives(
+    const JointProblem& p) {
+  const int n = static_cast<int>(p.units.size());
+  std::vector<std::vector<UnitChoice>> alternatives = {
+      std::vector<UnitChoice>(n, K)};
+  std::vector<UnitChoice> all(n, K), all_selective(n, K);
+  for (int i = 0; i < n; ++i) {
+    if (!p.units[i].recomputable || !p.allow_recompute) continue;
+    all[i] = R;
+    all_selective[i] = p.units[i].selective ? S : R;
+    std::vector<UnitChoice> one(n, K);
+    one[i] = R;
+    alternatives.push_back(one);
+    if (p.units[i].selective) {
+      one[i] = S;
+      alternatives.push_back(one);
+    }
+  }
+  alternatives.push_back(all);
+  alternatives.push_back(all_selective);
+  return alternatives;
+}
 
 // Units of 300 bytes, forward 100 ns, backward 200 ns; recomputing one
 // keeps its 30-byte input, takes 100 ns and holds 270 bytes during its
