@@ -4,6 +4,7 @@ fine-grained door's saved-tensor filter (SPEC §1.2) in front of its
 Push/Pop."""
 
 import os
+import sys
 import warnings
 
 import torch
@@ -70,6 +71,39 @@ def _weight_like(tensor):
                                  (base.is_leaf and base.requires_grad))
 
 
+def dtensor_shard(tensor):
+    """A DTensor activation (tensor parallelism) as (its local shard, what
+    rebuilds it), or None for any other subclass, and for a DTensor that is a
+    parameter or a view of one (SPEC §7.5). Offloading the shard alone never
+    gathers the whole tensor; dtensor_of puts it back with the same mesh,
+    placements, shape and stride."""
+    module = sys.modules.get("torch.distributed.tensor")
+    if module is None or not isinstance(tensor, module.DTensor) or _weight_like(tensor):
+        return None
+    with torch.no_grad():
+        local = tensor.to_local()
+    return local, (tensor.device_mesh, tuple(tensor.placements),
+                   tuple(tensor.shape), tuple(tensor.stride()))
+
+
+def dtensor_of(local, parts):
+    """The DTensor dtensor_shard took apart, around its (reloaded) shard."""
+    from torch.distributed.tensor import DTensor
+    mesh, placements, shape, stride = parts
+    return DTensor.from_local(local, mesh, placements, run_check=False,
+                              shape=torch.Size(shape), stride=stride)
+
+
+class _Shard:
+    """What the Python pack hook hands autograd for a DTensor whose shard
+    the engine took."""
+
+    __slots__ = ("local", "parts")
+
+    def __init__(self, local, parts):
+        self.local, self.parts = local, parts
+
+
 def keep(tensor):
     """What a pack hook returns for a tensor it keeps: the tensor and its
     version, so that unpack can raise autograd's in-place error (hooks
@@ -104,8 +138,15 @@ class SavedTensorFilter:
         self._handle_type = ext().Handle
 
     def pack(self, tensor):
-        # Parameters (a subclass) and other subclasses stay as they are.
-        if type(tensor) is not torch.Tensor or tensor.layout is not torch.strided:
+        # Parameters (a subclass) and other subclasses stay as they are,
+        # but for a DTensor activation's local shard.
+        if type(tensor) is not torch.Tensor:
+            shard = None if isinstance(tensor, torch.nn.Parameter) else dtensor_shard(tensor)
+            if shard is None:
+                return keep(tensor)
+            local = self.pack(shard[0])
+            return keep(tensor) if type(local) is tuple else _Shard(local, shard[1])
+        if tensor.layout is not torch.strided:
             return keep(tensor)
         if tensor.numel() < self.min_elements or _weight_like(tensor):
             return keep(tensor)
@@ -121,6 +162,8 @@ class SavedTensorFilter:
         return keep(packed) if packed is tensor else packed
 
     def unpack(self, packed):
+        if type(packed) is _Shard:
+            return dtensor_of(self.unpack(packed.local), packed.parts)
         if type(packed) is self._handle_type:
             return self.door.pop(packed)  # checks the version itself
         return unkeep(packed)

@@ -82,18 +82,30 @@ class FineGrainedOffloader:
                                                  min_offload_size)
         self._chunk = None           # forward chunk running
         self._backward_chunk = None  # backward chunk running
+        self._forwards = {}          # stage -> chunks started this iteration
 
     @contextlib.contextmanager
     def chunk(self, stage=0, microbatch=0):
-        """The forward of one chunk (a model chunk for one microbatch)."""
+        """The forward of one chunk (a model chunk for one microbatch).
+        microbatch=None: the stage's next microbatch in this iteration
+        (0, 1, ...), for a schedule that runs a stage's microbatches in
+        order without naming them (torch.distributed.pipelining)."""
         _common.check_stream(self.session)
+        if microbatch is None:
+            microbatch = self._forwards.get(stage, 0)
         self.core.start_chunk(stage, microbatch)
+        self._forwards[stage] = max(self._forwards.get(stage, 0), microbatch + 1)
         self._chunk = (stage, microbatch)
         try:
             with self._filter.hooks():
                 yield self
         finally:
             self._chunk = None
+
+    @property
+    def in_chunk(self):
+        """Whether a chunk's forward is running (inside chunk())."""
+        return self._chunk is not None
 
     def group_start(self, tensor, name):
         return _GroupStart.apply(tensor, self, name)
@@ -116,6 +128,7 @@ class FineGrainedOffloader:
         freezes the plan and the summary)."""
         self.core.finish_iteration()
         self._backward_chunk = None
+        self._forwards = {}
 
     def summary_table(self):
         return self.core.summary_table()

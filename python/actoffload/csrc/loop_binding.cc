@@ -14,7 +14,10 @@
 // engine cannot copy, other devices, tensors marked do-not-offload
 // (mark_not_offload, TE's _TE_do_not_offload), and tensors under the size
 // threshold (elements for TE, bytes for torchtune). Such a tensor is kept
-// as it is, with its version for autograd's in-place check.
+// as it is, with its version for autograd's in-place check. The one tensor
+// subclass offloaded is a DTensor activation (tensor parallelism): its local
+// shard goes to the engine and unpack rebuilds the DTensor with the same
+// mesh, placements, shape and stride, so it is never gathered whole.
 
 #include <torch/csrc/autograd/engine.h>
 #include <torch/extension.h>
@@ -50,6 +53,14 @@ struct LoopHandle {
   std::shared_ptr<Session> session;  // outlives `saved`
   offload::LoopSaved saved;
   SavedVersion version;
+};
+
+// What the pack hook hands autograd for a DTensor whose local shard the
+// engine took: the shard's handle and what rebuilds the DTensor
+// (actoffload._common.dtensor_shard).
+struct ShardHandle {
+  py::object local;  // a LoopHandle
+  py::object parts;
 };
 
 // The tensor's own attribute dict entry `name`, without the cost of a
@@ -106,9 +117,9 @@ class Loop : public std::enable_shared_from_this<Loop> {
   }
 
   py::object Pack(const py::object& object) {
-    if (!loop_->offloading() || Py_TYPE(object.ptr()) !=
-                                    reinterpret_cast<PyTypeObject*>(tensor_type_)) {
-      return Keep(object);
+    if (!loop_->offloading()) return Keep(object);
+    if (Py_TYPE(object.ptr()) != reinterpret_cast<PyTypeObject*>(tensor_type_)) {
+      return PackSubclass(object);
     }
     const at::Tensor tensor = py::cast<at::Tensor>(object);
     if (!Offloadable(tensor) ||
@@ -133,6 +144,10 @@ class Loop : public std::enable_shared_from_this<Loop> {
   }
 
   py::object Unpack(const py::object& packed) {
+    if (py::isinstance<ShardHandle>(packed)) {
+      const ShardHandle& shard = packed.cast<const ShardHandle&>();
+      return Common().attr("dtensor_of")(Unpack(shard.local), shard.parts);
+    }
     if (PyTuple_Check(packed.ptr())) {
       py::tuple kept = py::reinterpret_borrow<py::tuple>(packed);
       const at::Tensor tensor = py::cast<at::Tensor>(kept[0]);
@@ -174,6 +189,8 @@ class Loop : public std::enable_shared_from_this<Loop> {
     }
   }
   bool pass_open() const { return pass_queued_; }
+  // Bytes of DTensor local shards handed to the engine, in all.
+  int64_t shard_bytes() const { return shard_bytes_; }
 
   // Warnings not returned before (the loop's, then each Offloader's).
   std::vector<std::string> NewWarnings() {
@@ -241,6 +258,28 @@ class Loop : public std::enable_shared_from_this<Loop> {
   }
 
  private:
+  // Parameters (nn.Parameter is a subclass) and other subclasses are kept,
+  // except a DTensor that is not a parameter or a view of one: its local
+  // shard is packed as any tensor, and kept with it if the shard is.
+  py::object PackSubclass(const py::object& object) {
+    const int parameter = PyObject_IsInstance(object.ptr(), parameter_type_.ptr());
+    if (parameter != 0) {
+      PyErr_Clear();  // (-1: not a class instance check that can fail here)
+      return Keep(object);
+    }
+    py::object shard = Common().attr("dtensor_shard")(object);
+    if (shard.is_none()) return Keep(object);
+    py::object local = Pack(shard[py::int_(0)]);
+    if (PyTuple_Check(local.ptr())) return Keep(object);
+    const at::Tensor tensor = py::cast<at::Tensor>(shard[py::int_(0)]);
+    shard_bytes_ += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    return py::cast(ShardHandle{std::move(local), shard[py::int_(1)]});
+  }
+  py::object Common() {
+    if (common_.is_none()) common_ = py::module::import("actoffload._common");
+    return common_;
+  }
+
   bool Offloadable(const at::Tensor& tensor) const {
     if (tensor.layout() != at::kStrided || tensor.numel() == 0 ||
         tensor.device() != session_->device()) {
@@ -309,6 +348,8 @@ class Loop : public std::enable_shared_from_this<Loop> {
   PyObject* const tensor_type_;
   const py::object parameter_type_ =
       py::module::import("torch.nn").attr("Parameter");
+  py::object common_ = py::none();
+  int64_t shard_bytes_ = 0;
   std::unordered_set<const c10::StorageImpl*> model_storages_;
   bool pass_queued_ = false;
   std::vector<std::string> errors_;
@@ -322,6 +363,7 @@ void BindTrainingLoop(py::module& m) {
   py::class_<LoopRef>(m, "LoopRef")
       .def_property_readonly("iteration",
                              [](const LoopRef& r) { return r.ref.id(); });
+  py::class_<ShardHandle>(m, "ShardHandle");
   py::class_<LoopHandle>(m, "LoopHandle")
       .def_property_readonly(
           "layer", [](const LoopHandle& h) { return h.saved.saved().layer(); })
@@ -384,6 +426,7 @@ void BindTrainingLoop(py::module& m) {
       .def("backward_step", &Loop::BackwardStep)
       .def("pass_ended", &Loop::PassEnded)
       .def_property_readonly("pass_open", &Loop::pass_open)
+      .def_property_readonly("dtensor_shard_bytes", &Loop::shard_bytes)
       .def("new_warnings", &Loop::NewWarnings)
       .def("manual", &Loop::Manual)
       .def("stats", &Loop::Stats)
