@@ -72,13 +72,15 @@ def step_of(model, ids, wrap):
 
 
 def offloaded_per_step(model, ids, wrap, loop, steps=2):
-    """Bytes the door offloads per step (after one warm-up step)."""
+    """Bytes the door offloads per step, and of them the DTensor shards'
+    (after one warm-up step)."""
     step = step_of(model, ids, wrap)
     step()
-    before = loop.stats()["bytes_offloaded"]
+    before = loop.stats()["bytes_offloaded"], loop.dtensor_shard_bytes
     for _ in range(steps):
         step()
-    return (loop.stats()["bytes_offloaded"] - before) // steps
+    return ((loop.stats()["bytes_offloaded"] - before[0]) // steps,
+            (loop.dtensor_shard_bytes - before[1]) // steps)
 
 
 def main(argv=None):
@@ -87,8 +89,10 @@ def main(argv=None):
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seq", type=int, default=4096)
-    parser.add_argument("--k", type=int, default=4, help="layers offloaded of n")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--ks", default=None,
+                        help="layers offloaded of n, comma-separated (default n/4, n/2)")
+    parser.add_argument("--steps", type=int, default=9,
+                        help="rounds: each system's steps, timed interleaved")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     rank, world, device = dist_bench.init()
@@ -96,35 +100,48 @@ def main(argv=None):
     gen = torch.Generator().manual_seed(args.seed + (rank if per_rank else 0))
     model = demo.build_model("llama", args.hidden, args.layers, "eager", args.seed)
     n = len(demo.decoder_layers(model))
+    ks = ([int(k) for k in args.ks.split(",")] if args.ks else
+          sorted({max(1, n // 4), max(1, n // 2)}))
+    if not all(0 < k < n for k in ks):
+        raise SystemExit(f"--ks {ks}: offload 1 to {n - 1} of the {n} layers")
     ids = torch.randint(0, model.config.vocab_size, (1, args.seq), generator=gen).to(device)
 
     unsharded = {}
     if args.parallel == "fsdp":  # each door's bytes on the unsharded model
-        for label, (wrap, loop) in doors(model, n, args.k).items():
-            unsharded[label] = offloaded_per_step(model, ids, wrap, loop)
+        for k in ks:
+            for label, (wrap, loop) in doors(model, n, k).items():
+                unsharded[label] = offloaded_per_step(model, ids, wrap, loop)[0]
         for p in model.parameters():
             p.grad = None
     parallelize(model, args.parallel, world)
 
-    reference = dist_bench.measure(step_of(model, ids, contextlib.nullcontext), args.steps)
-    reference["grads"] = dist_bench.local_grads(model)
-    rows = [dist_bench.row("no offload", reference, reference)]
-    for label, (wrap, loop) in doors(model, n, args.k).items():
-        result = dist_bench.measure(step_of(model, ids, wrap), args.steps)
-        result["grads"] = dist_bench.local_grads(model)
-        extra = {"offloaded MiB/step": f"{offloaded_per_step(model, ids, wrap, loop) / 2**20:.1f}",
-                 "DTensor shards MiB": f"{loop.dtensor_shard_bytes / 2**20:.1f}"}
-        if label in unsharded:
-            extra["unsharded run MiB/step"] = f"{unsharded[label] / 2**20:.1f}"
-        rows.append(dist_bench.row(label, reference, result, **extra))
-    columns = ["offloaded MiB/step", "DTensor shards MiB"]
+    systems = {"no offload": step_of(model, ids, contextlib.nullcontext)}
+    doors_of = {}
+    for k in ks:
+        for label, (wrap, loop) in doors(model, n, k).items():
+            systems[label] = step_of(model, ids, wrap)
+            doors_of[label] = (wrap, loop)
+    systems[dist_bench.AGAIN] = systems["no offload"]
+    results = dist_bench.interleaved(systems, lambda: dist_bench.local_grads(model), args.steps)
+    rows = []
+    for label, result in results.items():
+        extra = {}
+        if label in doors_of:
+            offloaded, shards = offloaded_per_step(model, ids, *doors_of[label])
+            extra = {"offloaded MiB/step": f"{offloaded / 2**20:.1f}",
+                     "of it DTensor shards": f"{shards / 2**20:.1f}"}
+            if label in unsharded:
+                extra["unsharded run MiB/step"] = f"{unsharded[label] / 2**20:.1f}"
+        rows.append(dist_bench.row(label, results["no offload"], result, **extra))
+    columns = ["offloaded MiB/step", "of it DTensor shards"]
     if unsharded:
         columns.append("unsharded run MiB/step")
     title = (f"{args.parallel.upper()} over {world} GPUs ({torch.cuda.get_device_name()}): "
              f"Llama hidden {args.hidden}, {n} layers, 1x{args.seq} tokens per rank, bf16, "
              f"eager attention, torch {torch.__version__}")
-    dist_bench.print_table(title, rows, columns)
+    gathered = dist_bench.print_table(title, rows, columns)
     torch.distributed.destroy_process_group()
+    dist_bench.exit_unless_identical(gathered)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ Megatron's transformer layer:
       attn_proj    o_proj
     mlp_norm    from the residual add to the layer's output
                 (post_attention_layernorm and the MLP)
+      expert_fc1   a mixture of experts' expert bank (`mlp.experts`, as
+                   Qwen2-MoE and Mixtral have it): its input to its output.
+                   Transformers 5 runs every expert's fc1, activation and fc2
+                   inside that one module, so Megatron's moe_act (the
+                   activation alone) has no boundary to hook and is not placed.
 
 Each boundary is an identity on the tensor that crosses it (group_start and
 group_commit). A group's backward starts where the gradient reaches its
@@ -33,6 +38,7 @@ import torch
 from . import _common
 
 GROUPS = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
+MOE_GROUPS = GROUPS + ("expert_fc1",)  # on layers whose mlp has `experts`
 
 
 def attach_groups(fg, layers):
@@ -71,6 +77,11 @@ class _Placement:
             layer.post_attention_layernorm.register_forward_pre_hook(hook(self._mlp_in)),
             layer.register_forward_hook(hook(self._layer_out)),
         ]
+        experts = getattr(getattr(layer, "mlp", None), "experts", None)
+        if isinstance(experts, torch.nn.Module):
+            self.handles += [experts.register_forward_pre_hook(hook(self._experts_in)),
+                             experts.register_forward_hook(hook(self._experts_out))]
+        self.experts_on = False
 
     def _between(self, tensor, commit, start):
         """Commits group `commit` and opens `start` on the tensor (either
@@ -106,6 +117,21 @@ class _Placement:
 
     def _mlp_in(self, module, args):
         return (self._between(args[0], "attn_norm", "mlp_norm"),) + tuple(args[1:])
+
+    def _experts_in(self, module, args):
+        # (An expert bank called with keyword arguments only gets no group.)
+        self.experts_on = self.on and bool(args) and isinstance(args[0], torch.Tensor)
+        if not self.experts_on:
+            return None
+        return (self._between(args[0], None, "expert_fc1"),) + tuple(args[1:])
+
+    def _experts_out(self, module, args, out):
+        if not self.experts_on:
+            return out
+        self.experts_on = False
+        if isinstance(out, tuple):
+            return (self._between(out[0], "expert_fc1", None),) + out[1:]
+        return self._between(out, "expert_fc1", None)
 
     def _layer_out(self, module, args, out):
         if isinstance(out, tuple):

@@ -73,17 +73,25 @@ def main(argv=None):
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seq", type=int, default=2048)
     parser.add_argument("--microbatches", type=int, default=4)
-    parser.add_argument("--groups", default=",".join(megatron_groups.GROUPS),
-                        help="the group names offloaded")
+    parser.add_argument("--model", choices=("llama", "moe"), default="llama",
+                        help="Llama, or Qwen2-MoE (its expert bank a group of its own)")
+    parser.add_argument("--groups", default=None,
+                        help="the group names offloaded, comma-separated; several sets "
+                             "separated by ';' give a row each (default: every group; "
+                             "every group but core_attn)")
     parser.add_argument("--delta", type=int, default=0,
                         help="delta_offload_bytes: rank r keeps r x delta on device")
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=9,
+                        help="rounds: each system's steps, timed interleaved")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from torch.distributed.pipelining import (PipelineStage, Schedule1F1B,
                                               ScheduleInterleaved1F1B)
-    rank, pp, device = dist_bench.init()
-    model = demo.build_model("llama", args.hidden, args.layers, "eager", args.seed)
+    rank, pp, device = dist_bench.init(deterministic=args.model == "llama")
+    model = demo.build_model(args.model, args.hidden, args.layers, "eager", args.seed)
+    every = megatron_groups.MOE_GROUPS if args.model == "moe" else megatron_groups.GROUPS
+    if args.groups is None:
+        args.groups = ",".join(every) + ";" + ",".join(g for g in every if g != "core_attn")
     n_stages = pp * args.vpp
     per_stage = args.layers // n_stages
     if per_stage * n_stages != args.layers:
@@ -121,35 +129,56 @@ def main(argv=None):
     def grads():
         return [None if p.grad is None else p.grad.detach().clone() for p in params]
 
-    reference = dist_bench.measure(step, args.steps)
-    reference["grads"] = grads()
-    rows = [dist_bench.row("no offload", reference, reference)]
-    groups = [g for g in args.groups.split(",") if g]
-    fg = actoffload.FineGrainedOffloader(groups, virtual_stages=args.vpp, pipeline_rank=rank,
-                                         delta_offload_bytes=args.delta)
-    handles = []
-    for module in modules:
-        handles += megatron_groups.attach_groups(fg, module.layers)
-        module.offloader = fg
-    result = dist_bench.measure(lambda: step(fg), args.steps)
-    result["grads"] = grads()
-    stats = fg.core.stats()
-    rows.append(dist_bench.row(f"fine-grained ({len(groups)} groups)", reference, result,
-                               **{"offloaded MiB/step": f"{stats['bytes_offloaded'] / 2**20 / (args.steps + 2):.1f}"}))
+    def offloaded_step(fg):
+        """One step with fg's groups on the rank's layers (attached for the
+        step, so that the systems can take turns)."""
+        handles = []
+        for module in modules:
+            handles += megatron_groups.attach_groups(fg, module.layers)
+            module.offloader = fg
+        try:
+            return step(fg)
+        finally:
+            for h in handles:
+                h.remove()
+            for module in modules:
+                module.offloader = None
+
+    systems, offloaders = {"no offload": step}, {}
+    for names in args.groups.split(";"):
+        groups = [g for g in names.split(",") if g]
+        fg = actoffload.FineGrainedOffloader(groups, virtual_stages=args.vpp,
+                                             pipeline_rank=rank, delta_offload_bytes=args.delta)
+        label = "fine-grained: " + ", ".join(groups)
+        systems[label] = lambda fg=fg: offloaded_step(fg)
+        offloaders[label] = fg
+    systems[dist_bench.AGAIN] = step
+    results = dist_bench.interleaved(systems, grads, args.steps)
+    rows, tables = [], {}
+    for label, result in results.items():
+        extra = {}
+        if label in offloaders:
+            fg = offloaders[label]
+            before = fg.core.stats()["bytes_offloaded"]
+            systems[label]()  # one more, for the bytes one step offloads
+            extra["offloaded MiB/step"] = f"{(fg.core.stats()['bytes_offloaded'] - before) / 2**20:.1f}"
+            everyone = [None] * pp
+            torch.distributed.all_gather_object(everyone, fg.summary_table())
+            tables[label] = everyone
+        rows.append(dist_bench.row(label, results["no offload"], result, **extra))
     schedule_name = "Schedule1F1B" if args.vpp == 1 else "ScheduleInterleaved1F1B"
+    model_name = "Qwen2-MoE" if args.model == "moe" else "Llama"
     title = (f"{schedule_name}, pp {pp}, vpp {args.vpp}, {args.microbatches} microbatches of "
-             f"1x{args.seq} tokens, Llama hidden {args.hidden}, {args.layers} layers, bf16, eager "
+             f"1x{args.seq} tokens, {model_name} hidden {args.hidden}, {args.layers} layers, bf16, eager "
              f"attention ({torch.cuda.get_device_name()}, torch {torch.__version__}); "
-             f"groups {', '.join(groups)}; delta {args.delta}")
-    dist_bench.print_table(title, rows, ["offloaded MiB/step"])
-    tables = [None] * pp
-    torch.distributed.all_gather_object(tables, fg.summary_table())
+             f"delta {args.delta}")
+    gathered = dist_bench.print_table(title, rows, ["offloaded MiB/step"])
     if rank == 0:
-        for r, table in enumerate(tables):
-            print(f"\n### rank {r}: summary after warm-up\n\n```\n{table}\n```")
-    for h in handles:
-        h.remove()
+        for label, everyone in tables.items():
+            for r, table in enumerate(everyone):
+                print(f"\n### {label}: rank {r}, summary after warm-up\n\n```\n{table}\n```")
     torch.distributed.destroy_process_group()
+    dist_bench.exit_unless_identical(gathered)
 
 
 if __name__ == "__main__":
