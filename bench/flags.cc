@@ -1,90 +1,105 @@
 #include "bench/flags.h"
 
 #include <cstdlib>
-#include <cstring>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "bench/bench_util.h"
+#include "tools/flag_parser.h"
 
 namespace offload::bench {
 namespace {
 
-// "a,b,c" as numbers.
-std::vector<double> Doubles(const char* v) {
-  std::vector<double> out;
-  for (const char* p = v; *p;) {
+const char kUsage[] =
+    "usage: layer_stack_bench | pipeline_bench --hidden=4096 --tokens=8192 "
+    "[--layers=8] [--steps=5] [--warmup=2] [--kmax=LAYERS-2] [--retain] "
+    "[--push_at=gemm|layer] [--sim_only [--gemm_ms=a,b,...(15)] "
+    "[--trace_k=K]] [--timeline_k=K --timeline_prefix=PATH] "
+    "[--budget_k=4,4.5,...] [--joint_k=...] [--ckpt_k=...] [--probe] "
+    "[--graph_k=0,2,4] [--pp=P --microbatches=M (pipeline_bench)]\n";
+
+// "a,b,c" as numbers into *out, or the reason it is refused.
+std::string Doubles(const std::string& v, std::vector<double>* out) {
+  std::vector<double> values;
+  for (const std::string& item : SplitList(v)) {
     char* end = nullptr;
-    out.push_back(std::strtod(p, &end));
-    if (end == p) Die(std::string("not a list of numbers: ") + v);
-    p = *end == ',' ? end + 1 : end;
+    values.push_back(std::strtod(item.c_str(), &end));
+    if (end == item.c_str() || *end != '\0') return "not a list of numbers";
   }
-  return out;
+  *out = std::move(values);
+  return "";
+}
+
+// Layer indices (k values) must lie in [0, layers).
+std::string OutsideLayers(const std::vector<double>& ks, int layers) {
+  for (double k : ks) {
+    if (!(k >= 0 && k < layers)) {
+      return "values must be in [0, --layers) = [0, " + std::to_string(layers) + ")";
+    }
+  }
+  return "";
 }
 
 }  // namespace
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto val = [&](const char* name) -> const char* {
-      size_t n = std::strlen(name);
-      if (a.compare(0, n, name) == 0 && a.size() > n && a[n] == '=') {
-        return a.c_str() + n + 1;
-      }
-      return nullptr;
-    };
-    if (const char* v = val("--hidden")) f.shape.hidden = std::atoll(v);
-    else if (const char* v = val("--tokens")) f.shape.tokens = std::atoll(v);
-    else if (const char* v = val("--layers")) f.shape.layers = std::atoi(v);
-    else if (const char* v = val("--steps")) f.steps = std::atoi(v);
-    else if (const char* v = val("--warmup")) f.warmup = std::atoi(v);
-    else if (const char* v = val("--pp")) f.pp = std::atoi(v);
-    else if (const char* v = val("--microbatches")) f.microbatches = std::atoi(v);
-    else if (const char* v = val("--kmax")) f.kmax = std::atoi(v);
-    else if (const char* v = val("--push_at")) {
-      const std::string at = v;
-      if (at == "gemm") f.shape.push_at = PushAt::kGemm;
-      else if (at == "layer") f.shape.push_at = PushAt::kLayer;
-      else Die("--push_at must be gemm or layer, not " + at);
+  FlagParser parser(kUsage);
+  parser.Int64("hidden", &f.shape.hidden, 1);
+  parser.Int64("tokens", &f.shape.tokens, 1);
+  parser.Int("layers", &f.shape.layers, 1);
+  parser.Int("steps", &f.steps, 1);
+  parser.Int("warmup", &f.warmup, 0);
+  parser.Int("pp", &f.pp, 1);
+  parser.Int("microbatches", &f.microbatches, 1);
+  parser.Int("kmax", &f.kmax, 0);
+  parser.Custom("push_at", [&f](const std::string& at) -> std::string {
+    if (at == "gemm") f.shape.push_at = PushAt::kGemm;
+    else if (at == "layer") f.shape.push_at = PushAt::kLayer;
+    else return "must be gemm or layer";
+    return "";
+  });
+  parser.Bool("sim_only", &f.sim_only);
+  parser.Bool("retain", &f.retain);
+  parser.Bool("probe", &f.probe);
+  parser.Int("trace_k", &f.trace_k, 0);
+  parser.Int("timeline_k", &f.timeline_k, 0);
+  parser.String("timeline_prefix", &f.timeline_prefix);
+  parser.Custom("gemm_ms", [&f](const std::string& v) { return Doubles(v, &f.gemm_ms); });
+  parser.Custom("budget_k", [&f](const std::string& v) { return Doubles(v, &f.budget_k); });
+  parser.Custom("joint_k", [&f](const std::string& v) { return Doubles(v, &f.joint_k); });
+  parser.Custom("ckpt_k", [&f](const std::string& v) { return Doubles(v, &f.ckpt_k); });
+  parser.Custom("graph_k", [&f](const std::string& v) -> std::string {
+    std::vector<double> ks;
+    if (std::string why = Doubles(v, &ks); !why.empty()) return why;
+    f.graph_k.clear();
+    for (double k : ks) {
+      if (k != double(int(k))) return "values must be integers";
+      f.graph_k.push_back(int(k));
     }
-    else if (a == "--sim_only") f.sim_only = true;
-    else if (a == "--retain") f.retain = true;
-    else if (a == "--probe") f.probe = true;
-    else if (const char* v = val("--trace_k")) f.trace_k = std::atoi(v);
-    else if (const char* v = val("--timeline_k")) f.timeline_k = std::atoi(v);
-    else if (const char* v = val("--timeline_prefix")) f.timeline_prefix = v;
-    else if (const char* v = val("--gemm_ms")) f.gemm_ms = Doubles(v);
-    else if (const char* v = val("--budget_k")) f.budget_k = Doubles(v);
-    else if (const char* v = val("--joint_k")) f.joint_k = Doubles(v);
-    else if (const char* v = val("--ckpt_k")) f.ckpt_k = Doubles(v);
-    else if (const char* v = val("--graph_k")) {
-      for (double k : Doubles(v)) {
-        if (k != double(int(k))) Die("--graph_k values must be integers");
-        f.graph_k.push_back(int(k));
+    return "";
+  });
+  FlagParser::Result result = parser.Parse(argc, argv);
+  const struct {
+    const char* name;
+    std::vector<double> ks;
+  } lists[] = {{"budget_k", f.budget_k},
+               {"joint_k", f.joint_k},
+               {"ckpt_k", f.ckpt_k},
+               {"graph_k", std::vector<double>(f.graph_k.begin(), f.graph_k.end())}};
+  for (const auto& list : lists) {
+    if (result != FlagParser::Result::kOk) break;
+    if (std::string why = OutsideLayers(list.ks, f.shape.layers); !why.empty()) {
+      std::ostringstream value;
+      for (size_t i = 0; i < list.ks.size(); ++i) {
+        value << (i ? "," : "") << list.ks[i];
       }
+      result = parser.Fail(list.name, value.str(), why);
     }
-    else Die("unknown flag " + a);
   }
+  if (result != FlagParser::Result::kOk) std::exit(FlagParser::ExitCode(result));
   if (f.kmax < 0) f.kmax = f.shape.layers - 2;
-  for (const std::vector<double>* list : {&f.joint_k, &f.ckpt_k}) {
-    for (double k : *list) {
-      if (!(k >= 0 && k < f.shape.layers)) {
-        Die("--joint_k and --ckpt_k values must be in [0, layers)");
-      }
-    }
-  }
-  for (double k : f.budget_k) {
-    if (!(k >= 0 && k < f.shape.layers)) {
-      Die("--budget_k values must be in [0, layers)");
-    }
-  }
-  for (int k : f.graph_k) {
-    if (k < 0 || k >= f.shape.layers) {
-      Die("--graph_k values must be in [0, layers)");
-    }
-  }
   return f;
 }
 

@@ -26,6 +26,7 @@
 #include "timeline/svg_timeline.h"
 #include "timeline/timeline.h"
 #include "timeline/trace_json.h"
+#include "tools/flag_parser.h"
 #include "tools/pipeline_demo.h"
 #include "workload/sim_compute.h"
 #include "workload/workload.h"
@@ -45,7 +46,9 @@ struct Flags {
   int iterations = 2;
   int64_t min_offload_elements = 256 * 1024;
   // The simulator keeps (and the demo checks) bytes up to this many MiB of
-  // activations per run; larger runs simulate timing only.
+  // activations per run; larger runs simulate timing only (so does the
+  // default run, 8 layers of 128 MiB: checking 1 GiB twice takes over a
+  // minute in a fastbuild).
   int64_t max_checked_mib = 512;
   // Pictures of the last iteration of both runs (timeline/): Chrome
   // trace-event JSON and a TE-style SVG; empty: not written.
@@ -54,63 +57,38 @@ struct Flags {
 };
 
 const char kUsage[] =
-    "flags: --layers=8 --offloaded=2 --mib_per_layer=128 "
+    "usage: demo [--mode=layer] --layers=8 --offloaded=2 --mib_per_layer=128 "
     "--tensors_per_layer=4 --compute_us=3000 --gbps=55 --latency_us=2 "
     "--seed=1 --iterations=2 --min_offload_elements=262144 "
-    "--max_checked_mib=512 [--trace_json=FILE] [--svg=FILE]\n";
+    "--max_checked_mib=512 [--trace_json=FILE] [--svg=FILE]\n"
+    "       demo --mode=pipeline --help   (Megatron's fine-grained mode)\n";
 
-// Parses --name=value flags into `flags`; false (with a message on stderr)
-// for an unknown flag or a value out of range.
-bool ParseFlags(int argc, char** argv, Flags& flags) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      const std::string prefix = std::string("--") + name + "=";
-      return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
-    };
-    if (const char* v = value("layers")) {
-      flags.layers = std::atoi(v);
-    } else if (const char* v = value("offloaded")) {
-      flags.offloaded = std::atoi(v);
-    } else if (const char* v = value("mib_per_layer")) {
-      flags.mib_per_layer = std::atoll(v);
-    } else if (const char* v = value("tensors_per_layer")) {
-      flags.tensors_per_layer = std::atoi(v);
-    } else if (const char* v = value("compute_us")) {
-      flags.compute_us = std::atoll(v);
-    } else if (const char* v = value("gbps")) {
-      flags.gbps = std::atof(v);
-    } else if (const char* v = value("latency_us")) {
-      flags.latency_us = std::atof(v);
-    } else if (const char* v = value("seed")) {
-      flags.seed = std::strtoull(v, nullptr, 10);
-    } else if (const char* v = value("iterations")) {
-      flags.iterations = std::atoi(v);
-    } else if (const char* v = value("min_offload_elements")) {
-      flags.min_offload_elements = std::atoll(v);
-    } else if (const char* v = value("max_checked_mib")) {
-      flags.max_checked_mib = std::atoll(v);
-    } else if (const char* v = value("trace_json")) {
-      flags.trace_json = v;
-    } else if (const char* v = value("svg")) {
-      flags.svg = v;
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
-      return false;
-    }
+// Parses --name=value flags into `flags`: kOk, kHelp (usage printed) or
+// kError (a message naming the flag, its value and the reason).
+FlagParser::Result ParseFlags(int argc, char** argv, Flags& flags) {
+  FlagParser parser(kUsage);
+  parser.Int("layers", &flags.layers, 1);
+  parser.Int("offloaded", &flags.offloaded, 0);
+  parser.Int64("mib_per_layer", &flags.mib_per_layer, 1);
+  parser.Int("tensors_per_layer", &flags.tensors_per_layer, 1);
+  parser.Int64("compute_us", &flags.compute_us, 0);
+  parser.Double("gbps", &flags.gbps, 0, /*min_exclusive=*/true);
+  parser.Double("latency_us", &flags.latency_us, 0);
+  parser.UInt64("seed", &flags.seed);
+  parser.Int("iterations", &flags.iterations, 1);
+  parser.Int64("min_offload_elements", &flags.min_offload_elements, 0);
+  parser.Int64("max_checked_mib", &flags.max_checked_mib, 0);
+  parser.String("trace_json", &flags.trace_json);
+  parser.String("svg", &flags.svg);
+  parser.Ignore("mode");  // --mode=layer
+  FlagParser::Result result = parser.Parse(argc, argv);
+  if (result == FlagParser::Result::kOk && flags.offloaded > flags.layers - 1) {
+    result = parser.Fail("offloaded", std::to_string(flags.offloaded),
+                         "must be at most --layers - 1 = " +
+                             std::to_string(flags.layers - 1) +
+                             " (the last layer is never offloaded)");
   }
-  if (flags.layers < 1 || flags.offloaded < 0 ||
-      flags.offloaded > flags.layers - 1 || flags.mib_per_layer < 1 ||
-      flags.tensors_per_layer < 1 || flags.compute_us < 0 ||
-      !(flags.gbps > 0) || flags.latency_us < 0 || flags.iterations < 1 ||
-      flags.min_offload_elements < 0) {
-    std::fprintf(stderr,
-                 "flag out of range (need layers >= 1, 0 <= offloaded <= "
-                 "layers - 1, positive sizes and bandwidth)\n%s",
-                 kUsage);
-    return false;
-  }
-  return true;
+  return result;
 }
 
 // [start, end] of some work in virtual ns; start < 0 when there was none.
@@ -390,20 +368,20 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   // --mode=pipeline: Megatron's fine-grained mode (tools/pipeline_demo.h);
   // --mode=layer (the default): TE's layer mode, below.
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--mode=pipeline") return offload::RunPipelineDemo(argc, argv);
-    if (arg.rfind("--mode=", 0) == 0 && arg != "--mode=layer") {
-      std::fprintf(stderr, "unknown %s (--mode=layer or --mode=pipeline)\n",
-                   argv[i]);
+    if (arg.rfind("--mode", 0) == 0 && arg != "--mode=layer") {
+      std::fprintf(stderr, "%s: --mode is layer or pipeline\n%s", argv[i],
+                   offload::kUsage);
       return 2;
     }
-    if (arg != "--mode=layer") args.push_back(argv[i]);
   }
-  argc = static_cast<int>(args.size());
-  argv = args.data();
   offload::Flags flags;
-  if (!offload::ParseFlags(argc, argv, flags)) return 2;
+  const offload::FlagParser::Result parsed =
+      offload::ParseFlags(argc, argv, flags);
+  if (parsed != offload::FlagParser::Result::kOk) {
+    return offload::FlagParser::ExitCode(parsed);
+  }
   return offload::Run(flags);
 }

@@ -41,6 +41,31 @@ if "$demo" --no_such_flag=1 2>/dev/null; then fail "unknown flag accepted"; fi
 if "$demo" --layers=4 --offloaded=4 2>/dev/null; then
   fail "offloaded == layers accepted"
 fi
+# Each bad flag: exit status 2 and a first line naming the flag, the value
+# and the reason.
+refused() {  # expected first line of stderr, then the demo's arguments
+  local want=$1; shift
+  local err status=0
+  err=$("$demo" "$@" 2>&1 >/dev/null) || status=$?
+  [[ $status -eq 2 ]] || fail "$* exited $status, not 2"
+  [[ "$(head -1 <<<"$err")" == "$want"* ]] ||
+    fail "$*: expected '$want...', got '$(head -1 <<<"$err")'"
+}
+refused "--layers=abc: not an integer" --layers=abc
+refused "--layers=0: must be at least 1" --layers=0
+refused "--offloaded=99: must be at most --layers - 1 = 7" --offloaded=99
+refused "--gbps=-1: must be above 0" --gbps=-1
+refused "unknown flag --no_such_flag" --no_such_flag=1
+refused "--mode=pipe: --mode is layer or pipeline" --mode=pipe
+refused "--offload_modules=core_atn: unknown module core_atn (the demo's layers have attn_norm," \
+  --mode=pipeline --offload_modules=core_atn
+refused "--pp=x: not an integer" --mode=pipeline --pp=x
+# --help: the usage on stdout, exit status 0, in both modes.
+help=$("$demo" --help) || fail "--help exited $?"
+grep -q "^usage: demo \[--mode=layer\]" <<<"$help" || fail "no usage for --help"
+help=$("$demo" --mode=pipeline --help) || fail "--mode=pipeline --help exited $?"
+grep -q "^usage: demo --mode=pipeline" <<<"$help" ||
+  fail "no pipeline usage for --mode=pipeline --help"
 echo PASS
 
 # Pictures: --trace_json and --svg write the last iteration of both runs

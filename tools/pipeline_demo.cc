@@ -11,12 +11,12 @@
 
 #include "tools/pipeline_demo.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +26,7 @@
 #include "timeline/svg_timeline.h"
 #include "timeline/timeline.h"
 #include "timeline/trace_json.h"
+#include "tools/flag_parser.h"
 #include "workload/pipeline_driver.h"
 #include "workload/sim_compute.h"
 
@@ -51,25 +52,43 @@ struct Flags {
   int picture_rank = 0;
 };
 
+// The group names of the demo's layers (workload/pipeline_driver.h).
+const std::vector<std::string> kModules = {"attn_norm", "qkv_linear",
+                                           "core_attn", "attn_proj",
+                                           "mlp_norm",  "expert_fc1",
+                                           "moe_act"};
+
 const char kUsage[] =
-    "flags (--mode=pipeline): --pp=4 --vpp=2 --microbatches=8 "
+    "usage: demo --mode=pipeline --pp=4 --vpp=2 --microbatches=8 "
     "--layers=2 --tokens=256 --hidden=512 --ffn=2048 "
     "--compute_us_per_mib=40 --offload_modules=core_attn,attn_proj,"
-    "expert_fc1,moe_act (or all) --fraction=1.0 --delta_mib=0 "
-    "--max_inflight=-1 --gbps=55 --seed=1 --iterations=2 "
+    "expert_fc1,moe_act (any of attn_norm, qkv_linear, core_attn, "
+    "attn_proj, mlp_norm, expert_fc1, moe_act, or all) --fraction=1.0 "
+    "--delta_mib=0 --max_inflight=-1 --gbps=55 --seed=1 --iterations=2 "
     "--min_offload_elements=65536 [--trace_json=FILE] [--svg=FILE] "
     "[--picture_rank=0]\n";
 
-std::vector<std::string> Split(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
+// The module list, or the reason it is refused (an unknown name, named
+// with the known ones).
+std::string SetModules(const std::string& list, std::vector<std::string>* out) {
+  if (list == "all") {
+    *out = kModules;
+    return "";
   }
-  return out;
+  std::vector<std::string> modules = SplitList(list);
+  for (const std::string& name : modules) {
+    if (std::find(kModules.begin(), kModules.end(), name) == kModules.end()) {
+      std::string known;
+      for (const std::string& k : kModules) known += (known.empty() ? "" : ", ") + k;
+      return "unknown module " + name + " (the demo's layers have " + known +
+             "; or all)";
+    }
+  }
+  *out = std::move(modules);
+  return "";
 }
 
-bool ParseFlags(int argc, char** argv, Flags& f) {
+FlagParser::Result ParseFlags(int argc, char** argv, Flags& f) {
   f.spec.pp = 4;
   f.spec.vpp = 2;
   f.spec.microbatches = 8;
@@ -78,54 +97,47 @@ bool ParseFlags(int argc, char** argv, Flags& f) {
   f.spec.hidden = 512;
   f.spec.ffn = 2048;
   f.spec.compute_ns_per_mib = 40000;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(0, eq);
-    const char* v = eq == std::string::npos ? "" : argv[i] + eq + 1;
-    if (name == "--mode") continue;
-    if (name == "--pp") f.spec.pp = std::atoi(v);
-    else if (name == "--vpp") f.spec.vpp = std::atoi(v);
-    else if (name == "--microbatches") f.spec.microbatches = std::atoi(v);
-    else if (name == "--layers") f.spec.layers = std::atoi(v);
-    else if (name == "--tokens") f.spec.tokens = std::atoll(v);
-    else if (name == "--hidden") f.spec.hidden = std::atoll(v);
-    else if (name == "--ffn") f.spec.ffn = std::atoll(v);
-    else if (name == "--compute_us_per_mib")
-      f.spec.compute_ns_per_mib = std::atoll(v) * 1000;
-    else if (name == "--offload_modules")
-      f.modules = std::string(v) == "all"
-                      ? std::vector<std::string>{"attn_norm", "qkv_linear",
-                                                 "core_attn", "attn_proj",
-                                                 "mlp_norm", "expert_fc1",
-                                                 "moe_act"}
-                      : Split(v);
-    else if (name == "--fraction") f.fraction = std::atof(v);
-    else if (name == "--delta_mib") f.delta_mib = std::atoll(v);
-    else if (name == "--max_inflight") f.max_inflight = std::atoi(v);
-    else if (name == "--gbps") f.gbps = std::atof(v);
-    else if (name == "--seed") f.seed = std::strtoull(v, nullptr, 10);
-    else if (name == "--iterations") f.iterations = std::atoi(v);
-    else if (name == "--min_offload_elements")
-      f.min_offload_elements = std::atoll(v);
-    else if (name == "--trace_json") f.trace_json = v;
-    else if (name == "--svg") f.svg = v;
-    else if (name == "--picture_rank") f.picture_rank = std::atoi(v);
-    else {
-      std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
-      return false;
-    }
+  int64_t compute_us_per_mib = 40;
+  FlagParser parser(kUsage);
+  parser.Ignore("mode");  // --mode=pipeline
+  parser.Int("pp", &f.spec.pp, 1);
+  parser.Int("vpp", &f.spec.vpp, 1);
+  parser.Int("microbatches", &f.spec.microbatches, 1);
+  parser.Int("layers", &f.spec.layers, 1);
+  parser.Int64("tokens", &f.spec.tokens, 1);
+  parser.Int64("hidden", &f.spec.hidden, 1);
+  parser.Int64("ffn", &f.spec.ffn, 1);
+  parser.Int64("compute_us_per_mib", &compute_us_per_mib, 0);
+  parser.Custom("offload_modules", [&f](const std::string& list) {
+    return SetModules(list, &f.modules);
+  });
+  parser.Double("fraction", &f.fraction, 0);
+  parser.Int64("delta_mib", &f.delta_mib, 0);
+  parser.Int("max_inflight", &f.max_inflight, -1);
+  parser.Double("gbps", &f.gbps, 0, /*min_exclusive=*/true);
+  parser.UInt64("seed", &f.seed);
+  parser.Int("iterations", &f.iterations, 2);
+  parser.Int64("min_offload_elements", &f.min_offload_elements, 0);
+  parser.String("trace_json", &f.trace_json);
+  parser.String("svg", &f.svg);
+  parser.Int("picture_rank", &f.picture_rank, 0);
+  FlagParser::Result result = parser.Parse(argc, argv);
+  if (result != FlagParser::Result::kOk) return result;
+  f.spec.compute_ns_per_mib = compute_us_per_mib * 1000;
+  if (f.fraction > 1) {
+    return parser.Fail("fraction", std::to_string(f.fraction),
+                       "must be between 0 and 1");
+  }
+  if (f.picture_rank >= f.spec.pp) {
+    return parser.Fail("picture_rank", std::to_string(f.picture_rank),
+                       "must be below --pp");
   }
   Status valid = ValidatePipelineSpec(f.spec);
-  if (!valid.ok() || f.iterations < 2 || !(f.gbps > 0)) {
-    std::fprintf(stderr, "%s\n%s",
-                 valid.ok() ? "need --iterations >= 2 (the first is the "
-                              "warm-up) and --gbps > 0"
-                            : valid.ToString().c_str(),
-                 kUsage);
-    return false;
+  if (!valid.ok()) {
+    std::fprintf(stderr, "%s\n%s", valid.ToString().c_str(), kUsage);
+    return FlagParser::Result::kError;
   }
-  return true;
+  return result;
 }
 
 struct RankReport {
@@ -207,7 +219,8 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 int RunPipelineDemo(int argc, char** argv) {
   Flags f;
-  if (!ParseFlags(argc, argv, f)) return 2;
+  const FlagParser::Result parsed = ParseFlags(argc, argv, f);
+  if (parsed != FlagParser::Result::kOk) return FlagParser::ExitCode(parsed);
   std::string modules;
   for (const std::string& m : f.modules) modules += (modules.empty() ? "" : ",") + m;
   std::printf("fine-grained offloading: pp %d, vpp %d, %d microbatches, %d "
