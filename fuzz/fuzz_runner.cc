@@ -35,7 +35,7 @@ struct Handle {
   std::string name;
 };
 
-// What a failed call must leave unchanged (API.md: "A failed call changes
+// What a failed call must leave unchanged (docs/api.md: "A failed call changes
 // no state"): host bytes, statistics, group states.
 std::vector<int64_t> Snapshot(const Offloader* o, int layers) {
   if (o == nullptr) return {};
