@@ -49,12 +49,12 @@ Row RunRow(RowMode mode, double budget_k) {
   Row row;
   EXPECT_TRUE(RowOptions(s, mode, budget_k, Millisecond(), kGbps, kGbps,
                          false, &oo, &row.plan));
-  for (bool c : s.checkpointed) row.recomputed += c;
+  row.recomputed = RecomputedLayers(s, static_cast<const JointPlan*>(nullptr));
   if (mode == RowMode::kJoint) {
     StatusOr<JointPlan> plan = PlanJoint(JointProblemOf(oo));
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return row;
-    for (int l = 0; l < s.layers; ++l) row.recomputed += plan->Recompute(l);
+    row.recomputed = RecomputedLayers(s, &*plan);
     row.plan = FormatJointPlan(*plan, JointProblemOf(oo));
   }
   row.sim = SimulateSchedule(s, oo, Millisecond(), kGbps, kGbps);

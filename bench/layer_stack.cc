@@ -150,10 +150,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   // A recomputed layer (the Offloader's plan, SPEC §4.8, or
   // Shape::checkpointed) saves only its input; its other tensors go as soon
   // as the next GEMM is enqueued, and its backward re-runs GEMMs 0..3.
-  auto recomputed = [&](int i) {
-    return off.Recompute(i) ||
-           (i < int(s.checkpointed.size()) && s.checkpointed[i]);
-  };
+  auto recomputed = [&](int i) { return Recomputed(s, i, &off); };
   hooks.forward = [&](int i) {
     Saved& sv = saved[i];
     const bool rc = recomputed(i);

@@ -58,6 +58,23 @@ struct Shape {
   std::vector<bool> checkpointed;
 };
 
+// Whether the step recomputes layer i: the shape checkpoints it
+// (Shape::checkpointed) or the plan does (`recompute(i)`, the Offloader's or
+// PlanJoint's, SPEC §4.8; null: none).
+template <typename Recompute>
+bool Recomputed(const Shape& s, int i, const Recompute* plan) {
+  return (i < int(s.checkpointed.size()) && s.checkpointed[i]) ||
+         (plan != nullptr && plan->Recompute(i));
+}
+
+// How many of the shape's layers Recomputed counts.
+template <typename Recompute>
+int RecomputedLayers(const Shape& s, const Recompute* plan) {
+  int n = 0;
+  for (int i = 0; i < s.layers; ++i) n += Recomputed(s, i, plan);
+  return n;
+}
+
 // Forward GEMMs 0..4, backward GEMMs 5..14 (see the comment at the top).
 inline constexpr int kGemms = 15;
 inline constexpr const char* kGemmNames[kGemms] = {

@@ -94,10 +94,7 @@ void RunSimOnly(const Flags& flags) {
       if (!RowOptions(rs, mode, b, ns, 55.3, 55.4, false, &oo, &plan_text)) {
         continue;
       }
-      int recomputed = 0;
-      for (int l = 0; l < int(rs.checkpointed.size()); ++l) {
-        recomputed += rs.checkpointed[l];
-      }
+      int recomputed = RecomputedLayers(rs, static_cast<const JointPlan*>(nullptr));
       if (mode == RowMode::kJoint) {  // the plan the Offloader will make
         const JointProblem problem = JointProblemOf(oo);
         StatusOr<JointPlan> plan = PlanJoint(problem);
@@ -106,7 +103,7 @@ void RunSimOnly(const Flags& flags) {
                       plan.status().ToString().c_str());
           continue;
         }
-        for (int l = 0; l < s.layers; ++l) recomputed += plan->Recompute(l);
+        recomputed = RecomputedLayers(rs, &*plan);
         plan_text = FormatJointPlan(*plan, problem);
         if (StatusOr<JointRowLimit> limit = JointRowLimitOf(oo); limit.ok()) {
           char line[128];

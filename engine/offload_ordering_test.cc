@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "testing/byte_pattern.h"
 #include "testing/fault_backend.h"
+#include "testing/injected_retry.h"
 #include "testing/offload_test_util.h"
 #include "testing/saved_tensor_forge.h"
 #include "testing/status_matchers.h"
@@ -306,23 +307,10 @@ TEST_F(SimOffloadTest, NoCallOfAStepBlocksTheHost) {
 
 // Retries `call` while it fails with an injected error (kInternal or
 // kResourceExhausted, with a message); anything else fails the test.
-inline Status StatusOf(const Status& status) { return status; }
-template <typename T>
-Status StatusOf(const StatusOr<T>& result) {
-  return result.status();
-}
-
 template <typename Call>
 auto Retry(const std::string& what, Call call) {
-  for (int attempt = 0;; ++attempt) {
-    auto result = call();
-    Status status = StatusOf(result);
-    if (status.ok() || attempt > 64) return result;
-    EXPECT_THAT(status.code(), ::testing::AnyOf(StatusCode::kInternal,
-                                                StatusCode::kResourceExhausted))
-        << what << ": " << status.ToString();
-    EXPECT_FALSE(status.message().empty()) << what;
-  }
+  return RetryInjected(what, call,
+                       [](const std::string& text) { ADD_FAILURE() << text; });
 }
 
 enum class FaultKind { kWait, kRecord, kNewEvent };
