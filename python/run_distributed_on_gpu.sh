@@ -12,25 +12,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-python/gpu_results}}"
-mkdir -p "$out"
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-export ACTOFFLOAD_BUILD_DIR="${ACTOFFLOAD_BUILD_DIR:-$PWD/python/build}"
-export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
-export CUBLAS_WORKSPACE_CONFIG=:4096:8
+source python/gpu_steps.sh
 # NVLink multicast stays off in every process (the GPU machines' rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 gpus="${GPUS:-2}"
-status=0
-step() {  # name, command...
-  local name=$1; shift
-  echo "== $name: $*" | tee -a "$out/summary.txt"
-  local start=$SECONDS
-  "$@" > "$out/$name.txt" 2>&1
-  local rc=$?
-  echo "   rc=$rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
-  tail -n 3 "$out/$name.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
-  [[ $rc -eq 0 ]] || status=1
-}
 run() {  # name, module, args...
   local name=$1 module=$2; shift 2
   step "$name" timeout "${RUN_TIMEOUT:-300}" torchrun --standalone --nproc_per_node "$gpus" \

@@ -11,22 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-python/gpu_results}}"
-mkdir -p "$out"
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-export ACTOFFLOAD_BUILD_DIR="${ACTOFFLOAD_BUILD_DIR:-$PWD/python/build}"
-export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
-export CUBLAS_WORKSPACE_CONFIG=:4096:8
-status=0
-step() {  # name, command...
-  local name=$1; shift
-  echo "== $name: $*" | tee -a "$out/summary.txt"
-  local start=$SECONDS
-  "$@" > "$out/$name.txt" 2>&1
-  local rc=$?
-  echo "   rc=$rc in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
-  tail -n 3 "$out/$name.txt" | sed 's/^/   /' | tee -a "$out/summary.txt"
-  [[ $rc -eq 0 ]] || status=1
-}
+source python/gpu_steps.sh
 # The install, and an import from outside the checkout, without PYTHONPATH.
 step install env -u PYTHONPATH python3 -m pip install --no-build-isolation --no-index ./python
 step import-outside env -u PYTHONPATH bash -c "cd /tmp && python3 -c 'import actoffload, actoffload._common as c; m = c.ext(); assert \"site-packages\" in actoffload.__file__, actoffload.__file__; print(m, actoffload.__file__, \"cuda\", m.with_cuda)'"
