@@ -10,7 +10,9 @@ peak), in one process:
     layer and per block, after its profile and warm-up iterations.
 The peak is what the user measures: the step's max_memory_allocated above
 memory_allocated before the forward (gradients zeroed in place, as
-zero_grad(set_to_none=False): they are allocated before the step).
+zero_grad(set_to_none=False): they are allocated before the step; with
+--set-to-none they are freed before it, as zero_grad()'s default, and
+allocated in its backward).
 Checkpoint-only and offload-only take the least k whose measured peak is
 within the budget (their step grows with k). Step times: the machine's speed
 drifts (shared hosts: a whole row ran 1.5x slower at times), so each
@@ -44,11 +46,17 @@ MODELS = {  # name -> (model, attention)
 
 
 def timed_steps(model, ids, wrap, steps):
-    """Runs `steps` steps; returns (median s, spread, peak bytes, loss, grads)."""
+    """Runs `steps` steps; returns (median s, spread, peak bytes, loss, grads).
+    Gradients are zeroed in place before each step (zero_grad(set_to_none=
+    False)), or freed (set_to_none=True: then they are allocated inside the
+    step and count in its peak) where the model's `set_to_none` says so."""
     times, peak, loss = [], 0, None
+    set_to_none = getattr(model, "bench_set_to_none", False)
     for _ in range(steps):
-        for p in model.parameters():  # zero_grad(set_to_none=False)
-            if p.grad is not None:
+        for p in model.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
                 p.grad.zero_()
         gc.collect()  # Python's collector pauses are not the step's: timed without it
         torch.cuda.synchronize()
@@ -179,7 +187,9 @@ def run_model(name, args, out):
     kind, attn = MODELS[name]
     if attn == "eager":
         torch.use_deterministic_algorithms(True, warn_only=True)
-    model = demo.build_model(kind, args.hidden, args.layers, attn, args.seed)
+    model = demo.build_model(kind, args.hidden, args.layers, attn, args.seed,
+                             vocab=args.vocab, ffn=args.ffn)
+    model.bench_set_to_none = args.set_to_none
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, model.config.vocab_size, (1, args.seq), generator=gen).cuda()
     n = len(demo.decoder_layers(model))
@@ -189,7 +199,9 @@ def run_model(name, args, out):
     ckpt = sweep(model, ids, n, args.steps, "checkpoint")
     offl = sweep(model, ids, n, args.steps, "offload")
     p0, t0 = reference["peak"], reference["time"]
-    head = (f"# {name}: hidden {args.hidden}, {n} layers, {args.seq} tokens, bf16, "
+    head = (f"# {name}: hidden {args.hidden}, {n} layers, {args.seq} tokens, vocab "
+            f"{model.config.vocab_size}, bf16, gradients "
+            f"{'set to None' if args.set_to_none else 'zeroed in place'}, "
             f"{torch.cuda.get_device_name()}, torch {torch.__version__}; no offload "
             f"{p0 / 2**20:.0f} MiB, {t0 * 1e3:.1f} ms (spread {reference['spread']:.3f}; "
             f"again x{again['time'] / t0:.3f}, {identical(reference, again)})")
@@ -279,6 +291,13 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--fractions", default="0.8,0.6,0.45,0.3,0.2")
     parser.add_argument("--granularities", default="layer")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help="vocabulary size (default: demo.build_model's)")
+    parser.add_argument("--ffn", type=float, default=None,
+                        help="Llama's intermediate size over hidden (default 2.6875)")
+    parser.add_argument("--set-to-none", action="store_true",
+                        help="free the gradients before each step (zero_grad()'s default) "
+                        "instead of zeroing them in place")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)

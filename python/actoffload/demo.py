@@ -22,25 +22,29 @@ import torch.utils.checkpoint
 import actoffload
 
 
-def build_model(name, hidden, layers, attn, seed):
+def build_model(name, hidden, layers, attn, seed, vocab=None, ffn=None):
+    """A Hugging Face model from a config, random weights, bf16 on the GPU.
+    `vocab` replaces the model's vocabulary size (32000, GPT-2's 50257);
+    `ffn`, Llama's intermediate size over hidden (2.6875, Llama 2 7B's)."""
     import transformers as tf
     torch.manual_seed(seed)
     heads = max(1, hidden // 128)
     if name == "llama":
-        config = tf.LlamaConfig(hidden_size=hidden, intermediate_size=int(hidden * 2.6875),
+        config = tf.LlamaConfig(hidden_size=hidden,
+                                intermediate_size=int(hidden * (ffn or 2.6875)),
                                 num_hidden_layers=layers, num_attention_heads=heads,
-                                num_key_value_heads=heads, vocab_size=32000,
+                                num_key_value_heads=heads, vocab_size=vocab or 32000,
                                 max_position_embeddings=16384)
     elif name == "gpt2":
         config = tf.GPT2Config(n_embd=hidden, n_layer=layers, n_head=heads,
-                               n_positions=16384, vocab_size=50257,
+                               n_positions=16384, vocab_size=vocab or 50257,
                                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     elif name == "moe":
         config = tf.Qwen2MoeConfig(hidden_size=hidden, num_hidden_layers=layers,
                                    num_attention_heads=heads, num_key_value_heads=heads,
                                    intermediate_size=hidden * 2, moe_intermediate_size=hidden // 2,
                                    shared_expert_intermediate_size=hidden * 2,
-                                   num_experts=8, num_experts_per_tok=2, vocab_size=32000,
+                                   num_experts=8, num_experts_per_tok=2, vocab_size=vocab or 32000,
                                    max_position_embeddings=16384)
     else:
         raise SystemExit(f"unknown model {name!r} (llama, gpt2, moe)")
@@ -107,18 +111,22 @@ def step(model, ids, wrap):
 def run_mode(model, ids, wrap, steps, warmup):
     for _ in range(warmup):
         step(model, ids, wrap)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
     times = []
     loss = None
+    peak = 0
     for _ in range(steps):
+        # What the user measures (SPEC §7.8): the peak above the memory just
+        # before the forward, that is after step() frees the gradients.
+        for p in model.parameters():
+            p.grad = None
         torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         loss = step(model, ids, wrap)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() - base
+        peak = max(peak, torch.cuda.max_memory_allocated() - base)
     grads = [p.grad.detach().clone() for p in model.parameters()]
     return {"time": statistics.median(times), "peak": peak, "loss": loss, "grads": grads}
 
