@@ -4,14 +4,15 @@
 # Here (the build machine, no GPU):
 #   bench/run_gpu_bench.sh
 # builds `bazel build --config=gpu -c opt //bench:layer_stack_bench`, copies
-# the binary and this script into .gpu/bench/ (ignored by git; the bazel-bin
+# the binary, this script and gpu_bench_steps.sh (the steps this script and
+# run_pipeline_bench.sh share) into .gpu/bench/ (ignored by git; the bazel-bin
 # symlink does not travel), and prints the one command for the `run` tool
 # (kind "nvidia-h200", carry [".gpu/bench"]).
 #
 # There (`--on-device`, from the repository root): records the device, then
 # runs the layer stack at hidden 4096 x 8192 tokens and hidden 2048 x 16384
 # tokens (8 layers, k = 0..6). Logs go to $OUT: device.txt, clocks.csv
-# (nvidia-smi every 200 ms), h4096.md,
+# (nvidia-smi every 200 ms while the benchmark runs), h4096.md,
 # h2048.md (the tables), h4096.log, h2048.log (stderr: progress, engine
 # warnings), and the timeline of one step at k = 0 and k = $TIMELINE_K
 # (default 4; empty: none) as h4096_k4.json / .svg and h2048_k4.json / .svg
@@ -29,40 +30,15 @@
 # The engine-only host cost (simulator, Google Benchmark) runs here instead:
 #   bazel run -c opt //bench:engine_host_cost_benchmark
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_bench_steps.sh"
 
 build_here() {
-  set -e
-  cd "$(dirname "$0")/.."
-  bazel build --config=gpu -c opt //bench:layer_stack_bench
-  local bin
-  bin="$(bazel info --config=gpu -c opt bazel-bin 2>/dev/null)"
-  mkdir -p .gpu/bench
-  cp -f "$bin/bench/layer_stack_bench" bench/run_gpu_bench.sh .gpu/bench/
-  chmod -R u+w .gpu/bench
-  echo
-  echo "Copied to .gpu/bench/: layer_stack_bench run_gpu_bench.sh ($(du -sh .gpu/bench | cut -f1))"
-  echo "On the GPU machine (run tool, kind \"nvidia-h200\", carry [\".gpu/bench\"]):"
-  echo
-  echo "  bash .gpu/bench/run_gpu_bench.sh --on-device"
+  pack_for_device layer_stack_bench bench run_gpu_bench.sh
 }
 
 on_device() {
-  local out="${OUT:-/tmp/gpu_out}"
-  local dir
-  dir="$(cd "$(dirname "$0")" && pwd)"
-  mkdir -p "$out"
-  export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  {
-    nvidia-smi --query-gpu=name,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,driver_version,memory.total,clocks.max.sm --format=csv
-    uname -a
-    nproc
-  } >"$out/device.txt" 2>&1
-  cat "$out/device.txt"
-  # SM clock, power and temperature every 200 ms while the benchmark runs
-  # (do the GEMMs run at one speed with and without copies beside them?).
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv -lms 200 >"$out/clocks.csv" 2>&1 &
-  local smi=$!
+  local out dir smi
+  start_device
   local failures=0
   local timeline_k="${TIMELINE_K-4}"
   # Byte-budget rows (SPEC §4.7; empty: none), at TE's k = 1..6 and between.
@@ -98,8 +74,7 @@ on_device() {
       failures=$((failures + 1))
     fi
   done
-  kill "$smi" 2>/dev/null
-  wait "$smi" 2>/dev/null
+  stop_clocks
   local pictures
   pictures="$(cd "$out" && ls h*_k*.json h*_k*.svg 2>/dev/null)"
   if [[ -n "$pictures" ]]; then
@@ -109,8 +84,4 @@ on_device() {
   return $((failures > 0))
 }
 
-case "${1:-}" in
-  --on-device) on_device ;;
-  "") build_here ;;
-  *) echo "usage: $0 [--on-device]" >&2; exit 2 ;;
-esac
+gpu_bench_main "$@"
