@@ -91,10 +91,7 @@ class RankRunner {
         offloader_(offloader),
         spec_(spec),
         hooks_(hooks),
-        options_(options) {
-    if (!hooks_.make_tensor) hooks_.make_tensor = MakeDeviceTensor;
-    if (!hooks_.capture) hooks_.capture = CaptureByCopy;
-  }
+        options_(options) {}
 
   Status Iteration(const std::vector<PipelineStep>& steps, int iteration,
                    PipelineRankResult& result);
@@ -161,7 +158,7 @@ class RankRunner {
   Backend& backend_;
   PipelineOffloader& offloader_;
   const PipelineSpec spec_;
-  WorkloadHooks hooks_;
+  const WorkloadHooks hooks_;  // complete (CompleteHooks)
   const PipelineRunOptions options_;
   uint64_t next_seed_ = 1;
   std::map<const Storage*, uint64_t> seeds_;
@@ -346,10 +343,9 @@ StatusOr<PipelineRankResult> RunPipelineRank(
                                 std::to_string(rank) + " outside [0, " +
                                 std::to_string(spec.pp) + ")");
   }
-  if (!hooks.compute) {
-    return InvalidArgumentError("RunPipelineRank: no compute hook");
-  }
-  RankRunner runner(backend, offloader, spec, hooks, options);
+  OFFLOAD_ASSIGN_OR_RETURN(WorkloadHooks complete,
+                           CompleteHooks(hooks, "RunPipelineRank"));
+  RankRunner runner(backend, offloader, spec, complete, options);
   const std::vector<PipelineStep> steps = RankSchedule(spec, rank);
   PipelineRankResult result;
   for (int i = 0; i < options.iterations; ++i) {

@@ -9,6 +9,17 @@
 
 namespace offload {
 
+StatusOr<WorkloadHooks> CompleteHooks(const WorkloadHooks& hooks,
+                                      const std::string& caller) {
+  if (!hooks.compute) {
+    return InvalidArgumentError(caller + ": no compute hook");
+  }
+  WorkloadHooks complete = hooks;
+  if (!complete.make_tensor) complete.make_tensor = MakeDeviceTensor;
+  if (!complete.capture) complete.capture = CaptureByCopy;
+  return complete;
+}
+
 std::string Mismatch::ToString() const {
   return "iteration " + std::to_string(iteration) + " layer " +
          std::to_string(layer) + " '" + tensor + "': " + what;
@@ -70,10 +81,7 @@ class Driver {
         offloader_(offloader),
         spec_(spec),
         hooks_(hooks),
-        options_(options) {
-    if (!hooks_.make_tensor) hooks_.make_tensor = MakeDeviceTensor;
-    if (!hooks_.capture) hooks_.capture = CaptureByCopy;
-  }
+        options_(options) {}
 
   // Makes the persistent buffers.
   Status Init() {
@@ -414,7 +422,7 @@ class Driver {
   Backend& backend_;
   Offloader& offloader_;
   const WorkloadSpec& spec_;
-  WorkloadHooks hooks_;
+  const WorkloadHooks& hooks_;  // complete (CompleteHooks)
   const WorkloadOptions& options_;
   std::vector<std::vector<Tensor>> persistent_;  // [layer][buffer]
   std::vector<PendingCheck> pending_;
@@ -427,13 +435,12 @@ StatusOr<WorkloadResult> RunWorkload(Backend& backend, Offloader& offloader,
                                      const WorkloadHooks& hooks,
                                      const WorkloadOptions& options) {
   OFFLOAD_RETURN_IF_ERROR(ValidateWorkloadSpec(spec));
-  if (!hooks.compute) {
-    return InvalidArgumentError("RunWorkload: no compute hook");
-  }
+  OFFLOAD_ASSIGN_OR_RETURN(WorkloadHooks complete,
+                           CompleteHooks(hooks, "RunWorkload"));
   if (options.iterations < 0) {
     return InvalidArgumentError("RunWorkload: negative iteration count");
   }
-  Driver driver(backend, offloader, spec, hooks, options);
+  Driver driver(backend, offloader, spec, complete, options);
   OFFLOAD_RETURN_IF_ERROR(driver.Init());
   WorkloadResult result;
   for (int it = 0; it < options.iterations; ++it) {

@@ -97,6 +97,13 @@ struct WorkloadHooks {
   std::function<void(const WorkloadEvent&)> observer;
 };
 
+// What both drivers (RunWorkload, RunPipelineRank) run with: `hooks` with its
+// empty make_tensor and capture replaced by their defaults above.
+// Errors: kInvalidArgument "<caller>: no compute hook" if hooks.compute is
+//   empty.
+StatusOr<WorkloadHooks> CompleteHooks(const WorkloadHooks& hooks,
+                                      const std::string& caller);
+
 // ---------------------------------------------------------------------------
 // Running it.
 

@@ -346,6 +346,21 @@ TEST_F(WorkloadTest, BadArgumentsAreRejected) {
                              HasSubstr("L0.act0"))));
 }
 
+TEST(CompleteHooksTest, FillsTheDefaultsAndNamesTheCallerWithoutCompute) {
+  WorkloadHooks hooks;
+  EXPECT_THAT(CompleteHooks(hooks, "RunSomething"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("RunSomething: no compute hook")));
+  hooks.compute = [](Stream&, const ComputeCall&) { return OkStatus(); };
+  ASSERT_OK_AND_ASSIGN(WorkloadHooks complete,
+                       CompleteHooks(hooks, "RunSomething"));
+  EXPECT_TRUE(complete.compute);
+  EXPECT_TRUE(complete.make_tensor);
+  EXPECT_TRUE(complete.capture);
+  EXPECT_FALSE(complete.clock);
+  EXPECT_FALSE(complete.observer);
+}
+
 TEST_F(WorkloadTest, ObserverSeesEveryPhaseInOrder) {
   ASSERT_OK_AND_ASSIGN(auto offloader,
                        Offloader::Create(*sim_, Options(2, 1)));
