@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "bench/bench_util.h"
+#include "bench/layer_gemms.h"
 #include "engine/joint_limit.h"
 #include "engine/joint_plan.h"
 #include "engine/status.h"
@@ -158,28 +159,18 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     // (x is the layer's input, produced already), so Push records its
     // ready point right after that GEMM on the compute stream.
     if (per_gemm || rc) sv.x = push(x, "Push x");
-    Tensor qkv = NewActivation(be, T, 3 * H, "qkv");
-    ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(x), ex.weight(0), Ptr(qkv)},
-           {&x}, &qkv);
+    Tensor qkv = ForwardGemm(ex, s, 0, i, x);
     if (per_gemm && !rc) sv.qkv = push(qkv, "Push qkv");
-    Tensor attn = NewActivation(be, T, H, "attn");
-    ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(qkv), ex.weight(1), Ptr(attn)},
-           {&qkv}, &attn);
+    Tensor attn = ForwardGemm(ex, s, 1, i, qkv);
     if (rc) qkv = Tensor();
     if (per_gemm && !rc) sv.attn = push(attn, "Push attn");
-    Tensor o = NewActivation(be, T, H, "o");
-    ex.Run(2, i, {false, false, T, H, H, Ptr(attn), ex.weight(2), Ptr(o)},
-           {&attn}, &o);
+    Tensor o = ForwardGemm(ex, s, 2, i, attn);
     if (rc) attn = Tensor();
     if (per_gemm && !rc) sv.o = push(o, "Push o");
-    Tensor u = NewActivation(be, T, 4 * H, "u");
-    ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(o), ex.weight(3), Ptr(u)},
-           {&o}, &u);
+    Tensor u = ForwardGemm(ex, s, 3, i, o);
     if (rc) o = Tensor();
     if (per_gemm && !rc) sv.u = push(u, "Push u");
-    Tensor y = NewActivation(be, T, H, "y");
-    ex.Run(4, i, {false, false, T, H, 4 * H, Ptr(u), ex.weight(4), Ptr(y)},
-           {&u}, &y);
+    Tensor y = ForwardGemm(ex, s, 4, i, u);
     if (!per_gemm && !rc) {  // --push_at=layer: all five after the last GEMM
       sv.x = push(x, "Push x");
       sv.qkv = push(qkv, "Push qkv");
@@ -199,11 +190,7 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
   void* dy = ex.work(0);
   hooks.backward = [&](int i) {
     Saved& sv = saved[i];
-    void* du = ex.work(3);
-    void* d_o = ex.work(4);
-    void* dattn = ex.work(5);
-    void* dqkv = ex.work(6);
-    void* dx = ex.work(i % 2 ? 1 : 2);
+    const LayerGradients d = GradientsOf(ex, i, dy);
     // As autograd, which releases a node's saved tensors once the node's
     // backward ran: the handle goes with its pop (the popped tensor lives
     // until its GEMM is enqueued).
@@ -222,58 +209,30 @@ StepCost RunStep(Exec& ex, Offloader& off, const Shape& s) {
     if (recomputed(i)) {
       rc.emplace();
       rc->x = pop(sv.x);
-      rc->qkv = NewActivation(be, T, 3 * H, "qkv");
-      ex.Run(0, i, {false, false, T, 3 * H, H, Ptr(rc->x), ex.weight(0),
-                    Ptr(rc->qkv)}, {&rc->x}, &rc->qkv);
-      rc->attn = NewActivation(be, T, H, "attn");
-      ex.Run(1, i, {false, false, T, H, 3 * H, Ptr(rc->qkv), ex.weight(1),
-                    Ptr(rc->attn)}, {&rc->qkv}, &rc->attn);
-      rc->o = NewActivation(be, T, H, "o");
-      ex.Run(2, i, {false, false, T, H, H, Ptr(rc->attn), ex.weight(2),
-                    Ptr(rc->o)}, {&rc->attn}, &rc->o);
-      rc->u = NewActivation(be, T, 4 * H, "u");
-      ex.Run(3, i, {false, false, T, 4 * H, H, Ptr(rc->o), ex.weight(3),
-                    Ptr(rc->u)}, {&rc->o}, &rc->u);
+      rc->qkv = ForwardGemm(ex, s, 0, i, rc->x);
+      rc->attn = ForwardGemm(ex, s, 1, i, rc->qkv);
+      rc->o = ForwardGemm(ex, s, 2, i, rc->attn);
+      rc->u = ForwardGemm(ex, s, 3, i, rc->o);
     }
     // The saved tensor: recomputed (handed over: dropped after its GEMM as
     // a popped one is) or popped.
     auto take = [&](SavedTensor& st, Tensor Recomputed::*field) {
       return rc.has_value() ? std::move((*rc).*field) : pop(st);
     };
-    ex.Run(5, i, {false, true, T, 4 * H, H, dy, ex.weight(4), du}, {}, nullptr);
-    {
-      Tensor u = take(sv.u, &Recomputed::u);
-      ex.Run(6, i, {true, false, 4 * H, H, T, Ptr(u), dy, ex.grad(i, 4)}, {&u},
-             nullptr);
-    }
-    ex.Run(7, i, {false, true, T, H, 4 * H, du, ex.weight(3), d_o}, {}, nullptr);
-    {
-      Tensor o = take(sv.o, &Recomputed::o);
-      ex.Run(8, i, {true, false, H, 4 * H, T, Ptr(o), du, ex.grad(i, 3)}, {&o},
-             nullptr);
-    }
-    ex.Run(9, i, {false, true, T, H, H, d_o, ex.weight(2), dattn}, {}, nullptr);
-    {
-      Tensor attn = take(sv.attn, &Recomputed::attn);
-      ex.Run(10, i, {true, false, H, H, T, Ptr(attn), d_o, ex.grad(i, 2)},
-             {&attn}, nullptr);
-    }
-    ex.Run(11, i, {false, true, T, 3 * H, H, dattn, ex.weight(1), dqkv}, {},
-           nullptr);
-    {
-      Tensor qkv = take(sv.qkv, &Recomputed::qkv);
-      ex.Run(12, i, {true, false, 3 * H, H, T, Ptr(qkv), dattn, ex.grad(i, 1)},
-             {&qkv}, nullptr);
-    }
-    ex.Run(13, i, {false, true, T, H, 3 * H, dqkv, ex.weight(0), dx}, {},
-           nullptr);
-    {
-      Tensor xi = take(sv.x, &Recomputed::x);
-      ex.Run(14, i, {true, false, H, 3 * H, T, Ptr(xi), dqkv, ex.grad(i, 0)},
-             {&xi}, nullptr);
+    // Per forward GEMM g = 4..0 (GEMMs 5..14): the input gradient, then g's
+    // input (popped or recomputed) for the weight gradient, dropped after it.
+    SavedTensor Saved::*const saved_input[kForwardGemms] = {
+        &Saved::x, &Saved::qkv, &Saved::attn, &Saved::o, &Saved::u};
+    Tensor Recomputed::*const recomputed_input[kForwardGemms] = {
+        &Recomputed::x, &Recomputed::qkv, &Recomputed::attn, &Recomputed::o,
+        &Recomputed::u};
+    for (int g = kForwardGemms - 1; g >= 0; --g) {
+      InputGradGemm(ex, s, g, i, d.d_out[g], d.d_in[g]);
+      Tensor in = take(sv.*saved_input[g], recomputed_input[g]);
+      WeightGradGemm(ex, s, g, i, in, d.d_out[g]);
     }
     sv = Saved();
-    dy = dx;
+    dy = d.d_in[0];
     return OkStatus();
   };
   // Push and Pop die in the hooks; the driver's own calls (and an unexpected

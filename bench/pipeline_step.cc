@@ -8,18 +8,15 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/layer_gemms.h"
 #include "engine/status.h"
 #include "workload/pipeline_driver.h"
 
 namespace offload::bench {
 namespace {
 
-// Per group g: the forward GEMM g reads [T, kIn[g]·H] and writes
-// [T, kOut[g]·H] (layer_stack.h).
-constexpr int64_t kIn[kPipelineGroups] = {1, 3, 1, 1, 4};
-constexpr int64_t kOut[kPipelineGroups] = {3, 1, 1, 4, 1};
-constexpr const char* kOutNames[kPipelineGroups] = {"qkv", "attn", "o", "u",
-                                                    "y"};
+// Group g is forward GEMM g (layer_gemms.h).
+static_assert(kPipelineGroups == kForwardGemms);
 
 std::string Where(int layer, int g, const char* call) {
   return "layer " + std::to_string(layer) + " group " +
@@ -65,11 +62,7 @@ StepCost RunPipelineSchedule(Exec& ex, PipelineOffloader& off, const Shape& s,
         handles[i][g] = Must(timed([&] { return off.Push(x); }),
                              Where(i, g, "Push").c_str());
         cost.pushes += 1;
-        Tensor y = NewActivation(be, T, kOut[g] * H, kOutNames[g]);
-        ex.Run(g, i,
-               {false, false, T, kOut[g] * H, kIn[g] * H, Ptr(x),
-                ex.weight(g), Ptr(y)},
-               {&x}, &y);
+        Tensor y = ForwardGemm(ex, s, g, i, x);
         Must(timed([&] { return off.GroupCommit(name); }),
              Where(i, g, "GroupCommit").c_str());
         x = std::move(y);  // drops the driver's reference to the group's input
@@ -87,36 +80,21 @@ StepCost RunPipelineSchedule(Exec& ex, PipelineOffloader& off, const Shape& s,
          ("StartChunkBackward " + chunk.ToString()).c_str());
     void* dy = ex.work(0);
     for (int i = s.layers - 1; i >= 0; --i) {
-      void* dx = ex.work(i % 2 ? 1 : 2);
-      // Gradient of group g's output (read) and of its input (written):
-      // dqkv, dattn, d_o, du, dy and dx, dqkv, dattn, d_o, du.
-      void* dout[kPipelineGroups] = {ex.work(6), ex.work(5), ex.work(4),
-                                     ex.work(3), dy};
-      void* din[kPipelineGroups] = {dx, ex.work(6), ex.work(5), ex.work(4),
-                                    ex.work(3)};
+      const LayerGradients d = GradientsOf(ex, i, dy);
       for (int g = kPipelineGroups - 1; g >= 0; --g) {
         const char* name = kPipelineGroupNames[g];
-        const int back = 5 + 2 * (kPipelineGroups - 1 - g);  // kGemmNames
         Must(timed([&] { return off.GroupBackwardStart(name); }),
              Where(i, g, "GroupBackwardStart").c_str());
         Tensor in = Must(timed([&] { return off.Pop(handles[i][g]); }),
                          Where(i, g, "Pop").c_str());
-        // d_in = d_out · W^T: [T, out] x [out, in].
-        ex.Run(back, i,
-               {false, true, T, kIn[g] * H, kOut[g] * H, dout[g], ex.weight(g),
-                din[g]},
-               {}, nullptr);
-        // dW = in^T · d_out: [in, T] x [T, out]; reads the popped tensor.
-        ex.Run(back + 1, i,
-               {true, false, kIn[g] * H, kOut[g] * H, T, Ptr(in), dout[g],
-                ex.grad(i, g)},
-               {&in}, nullptr);
+        InputGradGemm(ex, s, g, i, d.d_out[g], d.d_in[g]);
+        WeightGradGemm(ex, s, g, i, in, d.d_out[g]);  // reads the popped one
         in = Tensor();
         handles[i][g] = SavedTensor();  // as autograd: the handle goes too
         Must(timed([&] { return off.GroupBackwardEnd(name); }),
              Where(i, g, "GroupBackwardEnd").c_str());
       }
-      dy = dx;
+      dy = d.d_in[0];
     }
     saved.erase(chunk.microbatch);
   };

@@ -28,6 +28,22 @@
 // 1F1B, e.g. F0 F1 B0 F2 B1 F3 B2 B3 for pp = 2 and 4 microbatches), then
 // FinishIteration(). Weight gradients are overwritten, not accumulated, by
 // each microbatch's backward (the same on every configuration).
+//
+// The GEMMs are RunStep's (layer_gemms.h: ForwardGemm, InputGradGemm,
+// WeightGradGemm, GradientsOf), so both front doors run the same work. The
+// loop stays apart from workload/layer_loop.h's RunLayerStep, the one loop of
+// the layer-mode steps (RunStep, the workload driver, testing/graph_step.h),
+// because it drives another protocol: RunLayerStep makes the Offloader's
+// ForwardStep / BackwardStep / FinishBackward calls, one forward and one
+// backward per layer; the PipelineOffloader wants StartChunk per chunk,
+// GroupStart / GroupCommit per group inside a layer, GroupBackwardStart /
+// GroupBackwardEnd around each group's pops, and one FinishIteration after
+// the forwards and backwards of several chunks interleaved by a schedule.
+// It also stays apart from workload/pipeline_driver.h's RunPipelineRank,
+// whose schedule it uses (OneFOneB is its RankSchedule): that driver runs
+// Megatron's nested groups with release_tensors and checks every popped
+// byte through the workload hooks, for tests; this runs the benchmark's
+// GEMMs on an Exec and is timed.
 
 #ifndef OFFLOAD_BENCH_PIPELINE_STEP_H_
 #define OFFLOAD_BENCH_PIPELINE_STEP_H_

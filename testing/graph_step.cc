@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "workload/layer_loop.h"
 #include "workload/pattern_bytes.h"
 
 namespace offload {
@@ -50,13 +51,10 @@ Status EnqueueGraphStep(SimBackend& sim, Offloader& offloader,
   const int k = spec.manual ? spec.manual_offloaded : 0;
   std::vector<std::vector<SavedTensor>> saved(n);
 
-  for (int l = 0; l < n; ++l) {
-    OFFLOAD_ASSIGN_OR_RETURN(const int layer, offloader.ForwardStep());
-    if (layer != l) {
-      return InternalError("ForwardStep returned layer " +
-                           std::to_string(layer) + ", expected " +
-                           std::to_string(l));
-    }
+  // The loop (ForwardStep .. FinishBackward) is RunLayerStep's; the hooks
+  // add the step's kernels, pushes, pops and manual calls.
+  LayerLoopHooks hooks;
+  hooks.forward = [&](int l) -> Status {
     if (spec.manual && l >= 2 && l - 2 < k) {
       OFFLOAD_RETURN_IF_ERROR(offloader.ReleaseForwardMemory(l - 2).WithContext(
           Where("ReleaseForwardMemory", l - 2)));
@@ -105,17 +103,18 @@ Status EnqueueGraphStep(SimBackend& sim, Offloader& offloader,
       OFFLOAD_RETURN_IF_ERROR(
           offloader.StartOffload(l).WithContext(Where("StartOffload", l)));
     }
-  }
-  if (spec.manual) {
-    for (int l = std::max(0, n - 2); l < k; ++l) {
-      OFFLOAD_RETURN_IF_ERROR(offloader.ReleaseForwardMemory(l).WithContext(
-          Where("ReleaseForwardMemory", l)));
+    return OkStatus();
+  };
+  hooks.after_forward = [&]() -> Status {
+    if (spec.manual) {
+      for (int l = std::max(0, n - 2); l < k; ++l) {
+        OFFLOAD_RETURN_IF_ERROR(offloader.ReleaseForwardMemory(l).WithContext(
+            Where("ReleaseForwardMemory", l)));
+      }
     }
-  }
-
-  for (int l = n - 1; l >= 0; --l) {
-    OFFLOAD_RETURN_IF_ERROR(
-        offloader.BackwardStep(l).WithContext(Where("BackwardStep", l)));
+    return OkStatus();
+  };
+  hooks.backward = [&](int l) -> Status {
     if (spec.manual && l - 1 >= 0 && l - 1 < k) {
       OFFLOAD_RETURN_IF_ERROR(
           offloader.StartReload(l - 1).WithContext(Where("StartReload", l - 1)));
@@ -161,8 +160,9 @@ Status EnqueueGraphStep(SimBackend& sim, Offloader& offloader,
     OFFLOAD_RETURN_IF_ERROR(sim.EnqueueKernel(compute, std::move(backward)));
     popped.clear();
     saved[l].clear();
-  }
-  return offloader.FinishBackward().WithContext("FinishBackward");
+    return OkStatus();
+  };
+  return RunLayerStep(offloader, n, hooks);
 }
 
 }  // namespace offload

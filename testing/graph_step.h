@@ -1,6 +1,15 @@
 // A layer stack's training step on the simulator, written so that it can be
 // captured into a graph (SPEC §5.7) and launched many times with new inputs.
 //
+// The step's loop (ForwardStep .. FinishBackward) is workload/layer_loop.h's
+// RunLayerStep, as for the workload driver (workload/workload.h) and the
+// benchmark's step (bench/layer_stack.h, RunStep); this file adds only what
+// those two cannot do: kernels whose bodies write and check bytes when they
+// run, so a replayed graph is checked per launch (the workload driver checks
+// on the host after a synchronization, which a capture cannot contain; the
+// benchmark's GEMMs check nothing), and the Offloader's manual calls
+// (GraphStepSpec::manual).
+//
 // Nothing in it waits on the host or touches pinned memory: forward kernels
 // write each saved tensor when they run, with bytes drawn from the epoch
 // that GraphStepInputs holds *at that device time*; backward kernels compare
@@ -84,7 +93,8 @@ class GraphStepInputs {
 // kernel reading (and checking) them. Device memory is allocated and freed
 // on the compute stream within the iteration.
 // Errors: kInvalidArgument for an empty spec or a size <= 0; what the
-//   Offloader or the simulator return (with the layer and call).
+//   Offloader or the simulator return, with the layer and call as
+//   RunLayerStep names them ("layer 3 forward: StartOffload of layer 3: ...").
 Status EnqueueGraphStep(SimBackend& sim, Offloader& offloader,
                         const GraphStepSpec& spec, GraphStepInputs& inputs);
 
