@@ -49,8 +49,8 @@
 
 namespace offload {
 
-class LoopPool;       // training_loop.cc
-class LoopIteration;  // training_loop.cc
+class LoopPool;       // training_loop_internal.h
+class LoopIteration;  // training_loop_internal.h
 
 // A reference to one forward's iteration, as its graph holds it. Copyable;
 // when the last reference goes, the graph was freed.

@@ -347,7 +347,7 @@ class CudaBackend final : public Backend {
 
   void OnReleaseFailed(const Status& status) override;
 
-  // --- Capture bookkeeping (cuda_graph.cc). ---
+  // --- Capture bookkeeping (cuda_capture_checks.cc). ---
   // The capture `stream` is part of (origin or joined), 0 if none. Takes mu_
   // only while a capture runs.
   uint64_t CaptureOf(const CudaStream* stream) const;

@@ -1,6 +1,7 @@
 // What the CudaBackend's source files (cuda_backend.cc, cuda_memory.cc,
-// cuda_graph.cc) share: small helpers, the CUDA status macros, and the
-// backend's Stream and Event classes. Private to //backends/cuda:cuda_backend.
+// cuda_graph.cc, cuda_capture_checks.cc) share: small helpers, the CUDA
+// status macros, and the backend's Stream and Event classes. Private to
+// //backends/cuda:cuda_backend.
 
 #ifndef OFFLOAD_BACKENDS_CUDA_CUDA_INTERNAL_H_
 #define OFFLOAD_BACKENDS_CUDA_CUDA_INTERNAL_H_

@@ -1,8 +1,8 @@
-// SimBackend, part 1 of 4: construction, and what the host enqueues
+// SimBackend, part 1 of 5: construction, and what the host enqueues
 // (copies, gathers, kernels, records, waits) or blocks on. The Stream and
 // Event handles are in sim_handles.h, memory in sim_memory.cc, the event loop
-// and the trace in sim_event_loop.cc, graph capture and launch in
-// sim_graph.cc.
+// and the trace in sim_event_loop.cc, graph capture in sim_graph.cc and
+// launch in sim_graph_launch.cc.
 
 #include "backends/sim/sim_backend.h"
 

@@ -394,7 +394,8 @@ class SimBackend final : public Backend {
                                      int64_t bytes);
   // Release of graph memory (a reservation or a launch's block).
   Status ReleaseGraphMemory(Block& block, Stream* stream);
-  // The checks Launch makes before enqueueing anything.
+  // Launch (sim_graph_launch.cc): the checks it makes before enqueueing
+  // anything.
   Status CheckLaunch(const GraphData& graph, const std::vector<int>& streams);
   Status CheckReplayRange(const GraphData& graph, const void* data,
                           int64_t bytes, const std::string& role);

@@ -1,4 +1,4 @@
-// SimBackend, part 3 of 4: the event loop that runs stream work in
+// SimBackend, part 3 of 5: the event loop that runs stream work in
 // virtual-time order, duration jitter from the seeded RNG, and the trace.
 
 #include "backends/sim/sim_backend.h"

@@ -1,6 +1,7 @@
 // SimBackend's handles: Stream and Event (thin forwarders into the
 // SimBackend), Graph and GraphExec (what a capture recorded, see
-// sim_graph.cc). Private to backends/sim (sim_backend.cc, sim_graph.cc).
+// sim_graph.cc). Private to backends/sim (sim_backend.cc, sim_graph.cc,
+// sim_graph_launch.cc).
 
 #ifndef OFFLOAD_BACKENDS_SIM_SIM_HANDLES_H_
 #define OFFLOAD_BACKENDS_SIM_SIM_HANDLES_H_

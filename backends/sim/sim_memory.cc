@@ -1,4 +1,4 @@
-// SimBackend, part 2 of 4: blocks of simulated memory, allocation and free,
+// SimBackend, part 2 of 5: blocks of simulated memory, allocation and free,
 // and the memory statistics that follow device time. (Graph memory during a
 // capture is reserved by sim_graph.cc.)
 
