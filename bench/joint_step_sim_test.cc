@@ -12,8 +12,9 @@
 
 #include "bench/layer_stack.h"
 #include "bench/sim_bound.h"
-#include "engine/joint_plan.h"
 #include "engine/offload.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_of.h"
 #include "gtest/gtest.h"
 
 namespace offload::bench {
@@ -88,7 +89,7 @@ TEST(JointStepSimTest, NoWorseThanOffloadAloneOrRecomputeAloneWithinBudget) {
   }
 }
 
-// The limit of the bench's joint rows (engine/joint_limit.h, printed as
+// The limit of the bench's joint rows (engine/plan/joint_limit.h, printed as
 // plan/limit): no choice of the same layers can beat it, so neither the
 // plan's own prediction nor the engine's simulated step is below it.
 TEST(JointStepSimTest, TheLimitIsBelowThePlanAndTheSimulatedStep) {

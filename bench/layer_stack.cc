@@ -9,8 +9,9 @@
 
 #include "bench/bench_util.h"
 #include "bench/layer_gemms.h"
-#include "engine/joint_limit.h"
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_limit.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_of.h"
 #include "engine/status.h"
 #include "workload/layer_loop.h"
 

@@ -163,7 +163,7 @@ bool RowOptions(Shape& s, RowMode mode, double budget_k,
                 double h2d_gbps, bool retain, OffloadOptions* options,
                 std::string* plan_text);
 
-// A joint row's plan next to its limit (engine/joint_limit.h), from the
+// A joint row's plan next to its limit (engine/plan/joint_limit.h), from the
 // same layer costs: the step the plan's model predicts, and the least step
 // any keep / offload / recompute choice of the same layers can have within
 // the budget. Errors: the planner's and the limit's (no plan fits; more

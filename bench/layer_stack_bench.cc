@@ -48,7 +48,8 @@
 #include "bench/pinned_bandwidth.h"
 #include "bench/report.h"
 #include "bench/sim_bound.h"
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_of.h"
 
 namespace offload::bench {
 namespace {

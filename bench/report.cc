@@ -106,7 +106,7 @@ void PrintJointRows(const std::vector<SweepRow>& rows) {
       "the backward's last call (SPEC §4.7). "
       "plan ms: the joint plan's predicted step; limit ms: the least step any "
       "keep / offload / recompute choice of the same layers can have within "
-      "the budget (engine/joint_limit.h), from the same layer costs.\n\n");
+      "the budget (engine/plan/joint_limit.h), from the same layer costs.\n\n");
   std::printf("| row | budget k | budget GiB | step ms | ratio | act. peak GiB "
               "| ratio | recomputed layers | offloaded GiB/step | byte budget "
               "ratio (same k) | bound ms | measured/bound | plan ms | limit ms "

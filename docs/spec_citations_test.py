@@ -32,8 +32,9 @@ SKIP_DIRS = {"third_party", "scratch", ".git", "build", "__pycache__", ".gpu",
 EXPECTED_PACKAGES = {
     "", "backends/counting", "backends/cuda", "backends/sim", "bench",
     "engine", "engine/budget", "engine/core", "engine/layer",
-    "engine/pipeline", "examples/outside_suite", "fuzz", "props", "python",
-    "testing", "timeline", "tools", "workload",
+    "engine/pipeline", "engine/plan", "engine/policy",
+    "examples/outside_suite", "fuzz", "props", "python", "testing",
+    "timeline", "tools", "workload",
 }
 # Items per section of the shared specification (numbered 1..count) and the
 # lettered parts of its items.

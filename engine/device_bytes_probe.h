@@ -6,7 +6,7 @@
 // the backward's last call, the device bytes in use that the engine's saved
 // tensors do not account for (a layer's output, gradients, a recomputed
 // layer's tensors), and the plan keeps them within the budget next to the
-// saved tensors (engine/budget/budget_plan.h). Without one the budget
+// saved tensors (engine/plan/budget_plan.h). Without one the budget
 // covers saved tensors only.
 //
 // Implementations: SimBackend::InUseProbe (backends/sim), CudaBackend's

@@ -1,5 +1,5 @@
 // The layer front door: option checks and the public class, which forwards
-// to its policy (engine/layer/offloader_policy.h): TE's schedules
+// to its policy (engine/policy/offloader_policy.h): TE's schedules
 // (engine/layer/layer_policy.h) or the byte budget (engine/budget/).
 
 #include "engine/offload.h"
@@ -10,7 +10,8 @@
 
 #include "engine/budget/budget_policy.h"
 #include "engine/layer/layer_policy.h"
-#include "engine/layer/offloader_policy.h"
+#include "engine/plan/joint_problem_of.h"
+#include "engine/policy/offloader_policy.h"
 
 namespace offload {
 

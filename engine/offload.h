@@ -45,7 +45,7 @@
 
 namespace offload {
 
-class OffloaderPolicy;  // engine/layer/offloader_policy.h, private
+class OffloaderPolicy;  // engine/policy/offloader_policy.h, private
 
 class Offloader {
  public:

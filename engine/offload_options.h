@@ -10,14 +10,16 @@
 
 #include "engine/backend.h"
 #include "engine/device_bytes_probe.h"
-#include "engine/joint_plan.h"  // UnitCost
 #include "engine/offload_stats.h"  // GroupState, OffloaderStats
 #include "engine/schedule.h"
+#include "engine/unit_cost.h"
 
 namespace offload {
 
 // SPEC §4.8: what the caller declares so that the byte budget may also
-// recompute layers (engine/joint_plan.h; docs/engine.md, "Recompute").
+// recompute layers (engine/plan/joint_plan.h, planned from these by
+// JointProblemOf, engine/plan/joint_problem_of.h; docs/engine.md,
+// "Recompute").
 struct RecomputeOptions {
   // Per layer, in forward order: its saved bytes, forward and backward
   // times, and whether and at what cost the caller can recompute it.
@@ -53,7 +55,7 @@ struct OffloadOptions {
   // SPEC §4.7: instead of k of n layers, keep the device bytes of saved
   // tensors that may be offloaded within this budget. The first iteration
   // runs without offloading and is recorded; the plan made from it
-  // (engine/budget/budget_plan.h, Offloader::BudgetPlanText) drives the
+  // (engine/plan/budget_plan.h, Offloader::BudgetPlanText) drives the
   // iterations after it. offloaded_layers is then ignored. Excludes
   // manual_synchronization and a schedule table.
   std::optional<int64_t> activation_budget_bytes;
@@ -85,22 +87,6 @@ struct OffloadOptions {
   // the plan's reloads and frees again from its first call.
   bool keep_host_copies = false;
 };
-
-// The joint plan's problem for `options` (SPEC §4.8): the declared layers,
-// bandwidths and allow_offload of options.recompute, the budget of
-// activation_budget_bytes. The Offloader plans with it at Create; a caller
-// may plan with it too (PlanJoint) to see the plan before creating one.
-inline JointProblem JointProblemOf(const OffloadOptions& options) {
-  JointProblem p;
-  if (options.recompute.has_value()) {
-    p.units = options.recompute->layers;
-    p.d2h_gbps = options.recompute->d2h_gbps;
-    p.h2d_gbps = options.recompute->h2d_gbps;
-    p.allow_offload = options.recompute->allow_offload;
-  }
-  p.budget = options.activation_budget_bytes.value_or(0);
-  return p;
-}
 
 }  // namespace offload
 

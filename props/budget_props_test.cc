@@ -5,7 +5,7 @@
 // is made, every popped byte is what was pushed, there is no hazard and no
 // leak, and a run is deterministic.
 //
-// The driver here follows the plan's model (engine/budget/budget_plan.h):
+// The driver here follows the plan's model (engine/plan/budget_plan.h):
 // each saved tensor is allocated, written by a kernel that reads the
 // previous one (then dropped), and pushed; so device memory in this program
 // is exactly the saved tensors.

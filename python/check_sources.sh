@@ -3,9 +3,10 @@
 # files that setup.py (pip install) and actoffload/_build.py (the build at
 # first import) compile, must name every non-test .cc of Bazel's filegroups
 # //engine:sources, //engine/budget:sources, //engine/core:sources,
-# //engine/layer:sources, //engine/pipeline:sources, //backends/sim:sources
-# (this test's data), of python/actoffload/csrc/ and of backends/cuda/, and
-# nothing else; every file it names must exist.
+# //engine/layer:sources, //engine/pipeline:sources, //engine/plan:sources,
+# //engine/policy:sources, //backends/sim:sources (this test's data), of
+# python/actoffload/csrc/ and of backends/cuda/, and nothing else; every
+# file it names must exist.
 #
 # backends/cuda has no filegroup visible to //python, so its files are looked
 # up in the checkout that the list file's runfiles link points into. Also runs

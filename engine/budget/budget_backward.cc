@@ -9,7 +9,7 @@
 
 #include "engine/budget/budget_policy.h"
 #include "engine/core/push_checks.h"
-#include "engine/layer/layer_steps.h"
+#include "engine/policy/layer_steps.h"
 
 namespace offload {
 

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "engine/core/push_checks.h"
-#include "engine/layer/layer_steps.h"
+#include "engine/plan/joint_problem_of.h"
+#include "engine/policy/layer_steps.h"
 
 namespace offload {
 

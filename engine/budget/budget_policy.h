@@ -6,7 +6,7 @@
 // so it moves alone. The first iteration (and the one after the workload
 // changed) offloads nothing and records the units, their bytes and the
 // calls that push and pop them; at its FinishBackward the plan is made
-// (budget_plan.h). In the iterations after it:
+// (engine/plan/budget_plan.h). In the iterations after it:
 //  - an offloaded unit's copy to host starts at its last push;
 //  - at the end of the Push the plan names, the compute stream waits for
 //    the copies of the units it releases and their memory is freed, so the
@@ -40,14 +40,14 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "engine/budget/budget_plan.h"
 #include "engine/core/handle_maker.h"
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
 #include "engine/device_bytes_probe.h"
-#include "engine/joint_plan.h"
-#include "engine/layer/offloader_policy.h"
 #include "engine/offload_options.h"
+#include "engine/plan/budget_plan.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/policy/offloader_policy.h"
 #include "engine/schedule.h"
 
 namespace offload {
@@ -55,7 +55,8 @@ namespace offload {
 class BudgetPolicy final : public OffloaderPolicy {
  public:
   // REQUIRES: options.activation_budget_bytes > 0 (checked by Create);
-  // `joint`, if any, is PlanJoint's plan for JointProblemOf(options).
+  // `joint`, if any, is PlanJoint's plan for JointProblemOf(options)
+  // (engine/plan/joint_problem_of.h).
   BudgetPolicy(Backend& backend, const OffloadOptions& options,
                std::optional<JointPlan> joint, Stream& d2h, Stream& h2d);
   ~BudgetPolicy() override;

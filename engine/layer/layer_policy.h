@@ -17,9 +17,9 @@
 #include "engine/core/offload_core.h"
 #include "engine/core/offload_group.h"
 #include "engine/core/push_checks.h"
-#include "engine/layer/layer_steps.h"
-#include "engine/layer/offloader_policy.h"
 #include "engine/offload_options.h"
+#include "engine/policy/layer_steps.h"
+#include "engine/policy/offloader_policy.h"
 #include "engine/schedule.h"
 
 namespace offload {

@@ -26,7 +26,7 @@ before the forward. Its life:
      profile iteration runs every recomputable unit selectively
      (recompute.py): the bytes each then saves and the time its backward
      gains are its figures for the fourth choice, "selective".
-  2. Plan: the engine's joint planner (_C.plan_joint, engine/joint_plan.h)
+  2. Plan: the engine's joint planner (_C.plan_joint, engine/plan/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
      smallest that fits) and the smallest is planned instead.
@@ -42,7 +42,7 @@ before the forward. Its life:
      units' share is lowered by the least excess and planned anew; where a
      faster plan measured over, plans like it are made for its predicted
      peak less its excess and raced against those that fit. The
-     race is the engine's (_C.JointRace, engine/joint_race.h): this module
+     race is the engine's (_C.JointRace, engine/plan/joint_race.h): this module
      reports each measured step and peak and applies the plan it says.
 This module is glue: it measures and applies; the engine plans.
 """
@@ -58,7 +58,7 @@ from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F
 # Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
 _BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
                 "feed_forward", "ffn")
-# The race's options (engine/joint_race.h: JointRaceOptions), passed to it.
+# The race's options (engine/plan/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
 # RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
 # fits is kept, its peak checked and the plan lowered where it is over; a
@@ -143,7 +143,7 @@ class JointBudget:
         self._profiles = []  # the profile iterations' records (all, then selective)
         self._clock = None
 
-    # --- the race's state (engine/joint_race.h) --------------------------------
+    # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
     def budget_bytes(self):
         """The step's budget: the user's (or, with budget_fraction, set at
@@ -412,7 +412,7 @@ class JointBudget:
         return plan["step_ns"] if again is None else again["step_ns"]
 
     def limit(self):
-        """The plan's limit (_C.joint_limit, engine/joint_limit.h): the least
+        """The plan's limit (_C.joint_limit, engine/plan/joint_limit.h): the least
         step, in ns, any keep / offload / recompute choice of the same units
         can have within the units' budget, from the same profile; None
         before the plan or beyond the limit's reach (14 units, 3**14

@@ -1,6 +1,6 @@
 """The budget's profile (budget.py): from the profile iterations' records,
-the units the engine's joint planner takes (engine/joint_plan.h: UnitCost's
-fields by name) and each caller unit's place among them."""
+the units the engine's joint planner takes (engine/plan/joint_plan.h;
+engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place among them."""
 
 
 def make_profile(r, selective_record, clock, recomputable, selective):
@@ -86,7 +86,7 @@ def _median_gain(selective, fwd, bwd, clock):
 
 
 def _selective_cost(selective, i, unit, ratio):
-    """Unit i's figures for the selective choice (engine/joint_plan.h): the
+    """Unit i's figures for the selective choice (engine/plan/joint_plan.h): the
     bytes its selective forward left allocated (at least its input's, at
     most what it saves whole) and its time, the median gain's share of its
     forward (one iteration's times are too noisy per unit); where the

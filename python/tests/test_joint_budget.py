@@ -49,7 +49,7 @@ def test_offload_only_plan_offloads_on_the_simulated_gpu():
     choice = ctx.joint_budget.plan["choice"]
     assert "offload" in choice and "recompute" not in choice, choice
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
-    # The limit (engine/joint_limit.h) never exceeds the plan's prediction.
+    # The limit (engine/plan/joint_limit.h) never exceeds the plan's prediction.
     limit = ctx.joint_budget.limit()
     assert 0 < limit <= ctx.joint_budget.plan["step_ns"]
     assert ctx.session.hazards() == []
@@ -268,7 +268,7 @@ def test_a_slower_measured_step_fits_the_copy_bandwidth_and_plans_again():
 
 
 def _selective_stack(n, kept=60, selective_ns=10.0):
-    """engine/joint_problem_testing.h's SelectiveStack: units of 300 bytes,
+    """engine/plan/joint_problem_testing.h's SelectiveStack: units of 300 bytes,
     forward 100 ns, backward 200 ns; a full re-run keeps 30 bytes and takes
     100 ns, a selective one keeps `kept` and re-runs in `selective_ns`."""
     return [dict(saved_bytes=300, forward_ns=100, backward_ns=200,

@@ -1,9 +1,9 @@
 // actoffload._C.plan_joint, evaluate_joint, smallest_joint_budget and
-// joint_limit: the engine's joint
-// keep / offload / recompute / selective planner (engine/joint_plan.h, SPEC §4.8) for
-// the profile the package measures (actoffload/budget.py). One engine call
-// each; Python does not plan. actoffload._C.JointRace: the warm-up race
-// that picks the plan the budget mode keeps (engine/joint_race.h).
+// joint_limit: the engine's joint keep / offload / recompute / selective
+// planner (engine/plan/joint_plan.h, SPEC §4.8) for the profile the
+// package measures (actoffload/budget.py). One engine call each; Python
+// does not plan. actoffload._C.JointRace: the warm-up race
+// that picks the plan the budget mode keeps (engine/plan/joint_race.h).
 
 #include <torch/extension.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/joint_limit.h"
-#include "engine/joint_plan.h"
-#include "engine/joint_race.h"
+#include "engine/plan/joint_limit.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_race.h"
 #include "python/actoffload/csrc/loop_binding.h"
 #include "python/actoffload/csrc/session.h"
 
@@ -134,8 +134,8 @@ py::object WarningOf(const offload::RaceStep& step) {
 void BindJointRace(py::module& m) {
   py::class_<offload::JointRace>(
       m, "JointRace",
-      "JointRace (engine/joint_race.h): the warm-up race of the budget mode. "
-      "start() plans; measured(step_ns, peak) after each measured iteration "
+      "JointRace (engine/plan/joint_race.h): the warm-up race of the budget "
+      "mode. start() plans; measured(step_ns, peak) after each measured iteration "
       "returns a warning (str) or None; `plan` is the plan to apply.")
       .def(py::init([](const std::vector<py::dict>& units, double d2h_gbps,
                        double h2d_gbps, int64_t budget, int64_t outside,

@@ -3,8 +3,8 @@
 // schedules (layer/layer_policy.h) and the byte budget
 // (budget/budget_policy.h). Each check changes nothing.
 
-#ifndef OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
-#define OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
+#ifndef OFFLOAD_ENGINE_POLICY_LAYER_STEPS_H_
+#define OFFLOAD_ENGINE_POLICY_LAYER_STEPS_H_
 
 #include <string>
 #include <vector>
@@ -44,4 +44,4 @@ Status CheckEndTraversal(const std::string& where, bool keep_host_copies,
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_LAYER_LAYER_STEPS_H_
+#endif  // OFFLOAD_ENGINE_POLICY_LAYER_STEPS_H_

@@ -1,14 +1,14 @@
-// Private to the joint plan's library (engine/joint_plan.h): the model's
+// Private to the joint plan's library (engine/plan/joint_plan.h): the model's
 // per-unit rules shared by its evaluation (joint_model.cc, EvaluateJoint)
 // and its searches (joint_plan.cc, PlanJoint and SmallestJointBudget).
 
-#ifndef OFFLOAD_ENGINE_JOINT_MODEL_H_
-#define OFFLOAD_ENGINE_JOINT_MODEL_H_
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
 
 #include <cstdint>
 #include <string>
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 
 namespace offload {
 namespace joint_internal {
@@ -47,4 +47,4 @@ inline double ReRunNs(const UnitCost& u, UnitChoice c) {
 }  // namespace joint_internal
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_JOINT_MODEL_H_
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_

@@ -1,15 +1,15 @@
-// The warm-up race (engine/joint_race.h) on stacks of identical units
+// The warm-up race (engine/plan/joint_race.h) on stacks of identical units
 // (joint_problem_testing.h: 300 bytes each, forward 100 ns, backward
 // 200 ns), with steps and peaks scripted per candidate.
 
-#include "engine/joint_race.h"
+#include "engine/plan/joint_race.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "engine/joint_plan.h"
-#include "engine/joint_problem_testing.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"

@@ -1,4 +1,4 @@
-#include "engine/joint_race.h"
+#include "engine/plan/joint_race.h"
 
 #include <algorithm>
 #include <limits>

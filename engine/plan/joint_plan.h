@@ -18,7 +18,7 @@
 //    budget next to what is on device. Where they would not, the earliest
 //    offloadable units not yet released and not recomputed (fully or
 //    selectively) are released,
-//    earliest first (the byte budget's rule, engine/budget/budget_plan.h),
+//    earliest first (the byte budget's rule, engine/plan/budget_plan.h),
 //    and the compute stream waits there for their copies to host: at the
 //    fraction of the forward where what is on device plus the part of saved
 //    plus transient produced so far reaches the budget. After the forward
@@ -41,59 +41,24 @@
 // whole units in the backward); the engine's byte budget then picks the
 // storages to offload from its recorded iteration, within the budget.
 
-#ifndef OFFLOAD_ENGINE_JOINT_PLAN_H_
-#define OFFLOAD_ENGINE_JOINT_PLAN_H_
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_PLAN_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_PLAN_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/status.h"
+#include "engine/unit_cost.h"
 
 namespace offload {
-
-// What the caller declares about one unit.
-struct UnitCost {
-  int64_t saved_bytes = 0;      // saved for backward when not recomputed
-  double forward_ns = 0;
-  double backward_ns = 0;
-  bool recomputable = false;
-  // false: never offloaded (bytes outside the caller's units that must stay
-  // on device, such as the transient of a model's head at the forward's
-  // end: a last unit with no backward time whose bytes are gone once the
-  // backward begins).
-  bool offloadable = true;
-  // When recomputed: the bytes it still saves (its input), the forward it
-  // re-runs before its backward, and the bytes that re-run re-creates and
-  // holds until the unit's backward ends.
-  int64_t input_bytes = 0;
-  double recompute_ns = 0;
-  int64_t recompute_bytes = 0;
-  // Bytes the unit holds only for a moment, above what the model already
-  // counts on device then: at the peak of its forward (and of its re-run
-  // when recomputed; an eager attention's score matrix, freed before the
-  // forward ends), and at the peak of its backward (the temporaries and
-  // gradients it computes). Neither stays after the unit ends.
-  int64_t forward_transient_bytes = 0;
-  int64_t backward_transient_bytes = 0;
-  // Selective recompute (a kind of recompute: needs `recomputable` and the
-  // problem's allow_recompute; never offloaded, its saved tensors live in
-  // the checkpoint's own storage). When chosen the unit saves
-  // selective_bytes (its input and the kept outputs; 0 < selective_bytes <=
-  // saved_bytes) in the forward; before its backward it re-runs its cheap
-  // ops in selective_ns (>= 0), re-creating saved_bytes - selective_bytes,
-  // held until its backward ends. Ignored where `selective` is false.
-  bool selective = false;
-  int64_t selective_bytes = 0;
-  double selective_ns = 0;
-};
 
 enum class UnitChoice { kKeep, kOffload, kRecompute, kSelective };
 // "keep", "offload", "recompute", "selective".
 const char* UnitChoiceName(UnitChoice c);
 
 struct JointProblem {
-  std::vector<UnitCost> units;  // in forward order
+  std::vector<UnitCost> units;  // in forward order (engine/unit_cost.h)
   double d2h_gbps = 0;          // pinned copy bandwidth, GB/s (1e9 B/s)
   double h2d_gbps = 0;
   int64_t budget = 0;           // bytes
@@ -204,4 +169,4 @@ std::string FormatJointPlan(const JointPlan& plan,
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_JOINT_PLAN_H_
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_PLAN_H_

@@ -1,6 +1,6 @@
 // The byte-budget plan (SPEC §4.7) on hand-made and random recordings.
 
-#include "engine/budget/budget_plan.h"
+#include "engine/plan/budget_plan.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "engine/joint_limit.h"
+#include "engine/plan/joint_limit.h"
 
 #include <algorithm>
 #include <cmath>

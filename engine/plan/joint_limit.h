@@ -2,7 +2,7 @@
 // time that ANY keep / offload / recompute / selective choice of a
 // JointProblem's units
 // can have under its budget, by ANY schedule of copies. PlanJoint's
-// predicted step (engine/joint_plan.h) can never beat it; the gap between
+// predicted step (engine/plan/joint_plan.h) can never beat it; the gap between
 // the two is what a better planner could still win. Pure C++, no solver.
 //
 // The physical model it bounds (the planner's assumptions, without the
@@ -61,12 +61,12 @@
 // above the best step found. At most kJointLimitMaxUnits units and
 // kJointLimitMaxChoices choices.
 
-#ifndef OFFLOAD_ENGINE_JOINT_LIMIT_H_
-#define OFFLOAD_ENGINE_JOINT_LIMIT_H_
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_LIMIT_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_LIMIT_H_
 
 #include <vector>
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 #include "engine/status.h"
 
 namespace offload {
@@ -103,4 +103,4 @@ StatusOr<double> JointChoiceBound(const JointProblem& problem,
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_JOINT_LIMIT_H_
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_LIMIT_H_

@@ -1,4 +1,4 @@
-#include "engine/budget/budget_plan.h"
+#include "engine/plan/budget_plan.h"
 
 #include <algorithm>
 #include <cstdio>

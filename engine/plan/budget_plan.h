@@ -23,15 +23,15 @@
 //    (done_at: every handle popped and the popped tensors dropped, where
 //    the policy frees the reloaded memory at the latest), and the plan
 //    assumes the same. The policy may free earlier (when the caller drops
-//    the last popped view, budget_policy.h) and start a reload earlier when
-//    it fits then: that only lowers the bytes on device between the plan's
-//    points.
+//    the last popped view, engine/budget/budget_policy.h) and start a
+//    reload earlier when it fits then: that only lowers the bytes on
+//    device between the plan's points.
 // Under that model the plan keeps the bytes of offloadable saved tensors on
 // the device within the budget at every instant (SPEC §6.2); tensors that
 // are never offloaded (SPEC §1.2) come on top.
 
-#ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_
-#define OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_
+#ifndef OFFLOAD_ENGINE_PLAN_BUDGET_PLAN_H_
+#define OFFLOAD_ENGINE_PLAN_BUDGET_PLAN_H_
 
 #include <cstdint>
 #include <map>
@@ -172,4 +172,4 @@ std::string FormatBudgetPlan(const BudgetPlan& plan,
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_BUDGET_BUDGET_PLAN_H_
+#endif  // OFFLOAD_ENGINE_PLAN_BUDGET_PLAN_H_

@@ -1,9 +1,10 @@
 // The warm-up race of the PyTorch package's memory-budget mode (SPEC §4.8,
-// §7.8; python/actoffload/budget.py): which joint plan (engine/joint_plan.h)
-// a training loop keeps, from the steps and peaks it measures. Pure data
-// and functions of the planner: no backend, no clock. The caller profiles
-// the model's first iteration into units, applies the plan in force
-// (plan()) and reports each measured warm-up iteration (Measured).
+// §7.8; python/actoffload/budget.py): which joint plan
+// (engine/plan/joint_plan.h) a training loop keeps, from the steps and
+// peaks it measures. Pure data and functions of the planner: no backend,
+// no clock. The caller profiles the model's first iteration into units,
+// applies the plan in force (plan()) and reports each measured warm-up
+// iteration (Measured).
 //
 // Its life:
 //  - Start: the joint plan for the units' budget (the budget less a margin
@@ -29,15 +30,15 @@
 //    race starts again. Once warmup_iterations are spent, a race still
 //    running keeps the best plan measured (WarmUpEnded).
 
-#ifndef OFFLOAD_ENGINE_JOINT_RACE_H_
-#define OFFLOAD_ENGINE_JOINT_RACE_H_
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_RACE_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_RACE_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 #include "engine/status.h"
 
 namespace offload {
@@ -186,4 +187,4 @@ class JointRace {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_JOINT_RACE_H_
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_RACE_H_

@@ -1,4 +1,4 @@
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-// The joint plan's searches (engine/joint_plan.h): PlanJoint,
+// The joint plan's searches (engine/plan/joint_plan.h): PlanJoint,
 // SmallestJointBudget, and the plan's checks and table. The model's
 // prediction of one choice is in joint_model.cc.
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/joint_model.h"
+#include "engine/plan/joint_model.h"
 
 namespace offload {
 namespace {

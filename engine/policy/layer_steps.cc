@@ -1,4 +1,4 @@
-#include "engine/layer/layer_steps.h"
+#include "engine/policy/layer_steps.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-// The joint plan's model (engine/joint_plan.h): the problem's checks and
+// The joint plan's model (engine/plan/joint_plan.h): the problem's checks and
 // the prediction of one choice (EvaluateJoint).
 
 #include <algorithm>
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/joint_model.h"
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_model.h"
+#include "engine/plan/joint_plan.h"
 
 namespace offload {
 

@@ -1,5 +1,5 @@
 // The joint plan's fourth choice, selective recompute (SPEC §4.8;
-// engine/joint_plan.h), on cases worked by hand in the comments, and the
+// engine/plan/joint_plan.h), on cases worked by hand in the comments, and the
 // greedy search's property with selective units. The properties of
 // joint_plan_test.cc and joint_limit_test.cc cover it over small random
 // problems too (GenUnitCost makes selective units).
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/joint_plan.h"
-#include "engine/joint_problem_testing.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"

@@ -1,9 +1,9 @@
-// The limit of the joint plan (engine/joint_limit.h): cases worked by hand
+// The limit of the joint plan (engine/plan/joint_limit.h): cases worked by hand
 // in the comments, and its properties over random small problems against
 // PlanJoint (never above its predicted step), against every single choice
 // (the least bound, searched exactly) and against the budget.
 
-#include "engine/joint_limit.h"
+#include "engine/plan/joint_limit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,11 +11,11 @@
 #include <ostream>
 #include <vector>
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "engine/joint_problem_testing.h"
 #include "testing/status_matchers.h"
 
 namespace offload {

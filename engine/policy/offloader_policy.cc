@@ -1,4 +1,4 @@
-#include "engine/layer/offloader_policy.h"
+#include "engine/policy/offloader_policy.h"
 
 namespace offload {
 

@@ -2,13 +2,13 @@
 // joint_limit_test.cc) share these: a stack of identical units, whose cases
 // are worked by hand, and a random unit for their properties.
 
-#ifndef OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
-#define OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_PROBLEM_TESTING_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_PROBLEM_TESTING_H_
 
 #include <cstdint>
 #include <vector>
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 #include "rapidcheck.h"
 
 namespace offload {
@@ -112,4 +112,4 @@ inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_JOINT_PROBLEM_TESTING_H_
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_PROBLEM_TESTING_H_

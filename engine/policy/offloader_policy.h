@@ -7,8 +7,8 @@
 // Offloader method of the same name; the Offloader only checks its options
 // and forwards. Private to the engine.
 
-#ifndef OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_
-#define OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_
+#ifndef OFFLOAD_ENGINE_POLICY_OFFLOADER_POLICY_H_
+#define OFFLOAD_ENGINE_POLICY_OFFLOADER_POLICY_H_
 
 #include <cstdint>
 #include <memory>
@@ -83,4 +83,4 @@ class OffloaderPolicy {
 
 }  // namespace offload
 
-#endif  // OFFLOAD_ENGINE_LAYER_OFFLOADER_POLICY_H_
+#endif  // OFFLOAD_ENGINE_POLICY_OFFLOADER_POLICY_H_

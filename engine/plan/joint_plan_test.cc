@@ -1,17 +1,17 @@
 // The joint keep / offload / recompute plan (SPEC §4.8), on cases worked by
 // hand in the comments, and its properties over random problems.
 
-#include "engine/joint_plan.h"
+#include "engine/plan/joint_plan.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "engine/plan/joint_problem_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidcheck/gtest.h"
-#include "engine/joint_problem_testing.h"
 #include "testing/status_matchers.h"
 
 namespace offload {

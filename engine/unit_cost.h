@@ -1,0 +1,53 @@
+// What the caller declares about one unit (a layer) of the joint plan of
+// SPEC §4.8: OffloadOptions::recompute's layers (engine/offload_options.h)
+// and JointProblem's units (engine/plan/joint_plan.h, whose header gives
+// the model these figures feed). Pure data, in the public API because the
+// options carry it; the plans that read it are in engine/plan/.
+
+#ifndef OFFLOAD_ENGINE_UNIT_COST_H_
+#define OFFLOAD_ENGINE_UNIT_COST_H_
+
+#include <cstdint>
+
+namespace offload {
+
+// One unit's figures, checked by ValidateJointProblem
+// (engine/plan/joint_plan.h).
+struct UnitCost {
+  int64_t saved_bytes = 0;      // saved for backward when not recomputed
+  double forward_ns = 0;
+  double backward_ns = 0;
+  bool recomputable = false;
+  // false: never offloaded (bytes outside the caller's units that must stay
+  // on device, such as the transient of a model's head at the forward's
+  // end: a last unit with no backward time whose bytes are gone once the
+  // backward begins).
+  bool offloadable = true;
+  // When recomputed: the bytes it still saves (its input), the forward it
+  // re-runs before its backward, and the bytes that re-run re-creates and
+  // holds until the unit's backward ends.
+  int64_t input_bytes = 0;
+  double recompute_ns = 0;
+  int64_t recompute_bytes = 0;
+  // Bytes the unit holds only for a moment, above what the model already
+  // counts on device then: at the peak of its forward (and of its re-run
+  // when recomputed; an eager attention's score matrix, freed before the
+  // forward ends), and at the peak of its backward (the temporaries and
+  // gradients it computes). Neither stays after the unit ends.
+  int64_t forward_transient_bytes = 0;
+  int64_t backward_transient_bytes = 0;
+  // Selective recompute (a kind of recompute: needs `recomputable` and the
+  // problem's allow_recompute; never offloaded, its saved tensors live in
+  // the checkpoint's own storage). When chosen the unit saves
+  // selective_bytes (its input and the kept outputs; 0 < selective_bytes <=
+  // saved_bytes) in the forward; before its backward it re-runs its cheap
+  // ops in selective_ns (>= 0), re-creating saved_bytes - selective_bytes,
+  // held until its backward ends. Ignored where `selective` is false.
+  bool selective = false;
+  int64_t selective_bytes = 0;
+  double selective_ns = 0;
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_UNIT_COST_H_
