@@ -70,7 +70,7 @@ def room_of(path):
             if any(c in pattern for c in "*?[") or "." in os.path.basename(pattern):
                 if fnmatch.fnmatch(path, pattern):
                     return rank, name
-            elif os.path.dirname(path) == pattern or path.startswith(pattern + "/"):
+            elif path.startswith(pattern + "/"):
                 depth = pattern.count("/") + 1
                 if best is None or depth > best[0]:
                     best = (depth, rank, name)
@@ -124,13 +124,13 @@ def check(root):
             if (path, included) in EXCEPTIONS:
                 continue
             line = text.count("\n", 0, m.start()) + 1
-            how = "up a layer" if to_rank > rank else "across its layer"
-            problems.append(
-                f"{path}:{line}: includes {included}, {how}: {room} "
-                f"({LAYERS[rank][0]}) is below {to_room} "
-                f"({LAYERS[to_rank][0]})" if to_rank > rank else
-                f"{path}:{line}: includes {included}, {how}: {room} and "
-                f"{to_room} are both {LAYERS[rank][0]}")
+            if to_rank > rank:
+                why = (f"up a layer: {room} ({LAYERS[rank][0]}) is below "
+                       f"{to_room} ({LAYERS[to_rank][0]})")
+            else:
+                why = (f"across its layer: {room} and {to_room} are both "
+                       f"{LAYERS[rank][0]}")
+            problems.append(f"{path}:{line}: includes {included}, {why}")
     for path, included in sorted(EXCEPTIONS):
         if path not in have:
             problems.append(f"EXCEPTIONS names {path}, which is gone: drop it")
