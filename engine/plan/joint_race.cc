@@ -1,6 +1,8 @@
 #include "engine/plan/joint_race.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -60,13 +62,92 @@ const RaceTrial* FasterOver(const std::vector<RaceTrial>& trials,
   return faster;
 }
 
+// How many units of `plan` have each choice: recomputed, selective, offloaded.
+std::array<double, 3> Counts(const JointPlan& plan) {
+  std::array<double, 3> n = {0, 0, 0};
+  for (UnitChoice c : plan.choice) {
+    if (c == UnitChoice::kRecompute) n[0] += 1;
+    if (c == UnitChoice::kSelective) n[1] += 1;
+    if (c == UnitChoice::kOffload) n[2] += 1;
+  }
+  return n;
+}
+
+// x >= 0 with the least sum of (e - row . x)^2: each subset of the three
+// solved by least squares on its own (Gaussian elimination of the normal
+// equations), the best whose solution is not negative. The non-negative
+// optimum is one of them. All zero where nothing better fits.
+std::array<double, 3> NonNegativeFit(
+    const std::vector<std::array<double, 3>>& rows,
+    const std::vector<double>& e) {
+  auto sse = [&](const std::array<double, 3>& x) {
+    double sum = 0;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      const double r = e[t] - (rows[t][0] * x[0] + rows[t][1] * x[1] +
+                               rows[t][2] * x[2]);
+      sum += r * r;
+    }
+    return sum;
+  };
+  std::array<double, 3> best = {0, 0, 0};
+  double best_sse = sse(best);
+  for (int mask = 1; mask < 8; ++mask) {
+    std::vector<int> vars;
+    for (int v = 0; v < 3; ++v) {
+      if (mask & (1 << v)) vars.push_back(v);
+    }
+    const size_t k = vars.size();
+    std::vector<std::vector<double>> a(k, std::vector<double>(k + 1, 0));
+    for (size_t t = 0; t < rows.size(); ++t) {
+      for (size_t i = 0; i < k; ++i) {
+        for (size_t j = 0; j < k; ++j) {
+          a[i][j] += rows[t][vars[i]] * rows[t][vars[j]];
+        }
+        a[i][k] += rows[t][vars[i]] * e[t];
+      }
+    }
+    bool singular = false;
+    for (size_t col = 0; col < k && !singular; ++col) {
+      size_t pivot = col;
+      for (size_t r = col + 1; r < k; ++r) {
+        if (std::abs(a[r][col]) > std::abs(a[pivot][col])) pivot = r;
+      }
+      if (std::abs(a[pivot][col]) < 1e-9) {
+        singular = true;
+        break;
+      }
+      std::swap(a[col], a[pivot]);
+      for (size_t r = 0; r < k; ++r) {
+        if (r == col) continue;
+        const double f = a[r][col] / a[col][col];
+        for (size_t c = col; c <= k; ++c) a[r][c] -= f * a[col][c];
+      }
+    }
+    if (singular) continue;
+    std::array<double, 3> x = {0, 0, 0};
+    bool negative = false;
+    for (size_t i = 0; i < k; ++i) {
+      x[vars[i]] = a[i][k] / a[i][i];
+      negative = negative || x[vars[i]] < 0;
+    }
+    if (negative) continue;
+    const double fit = sse(x);
+    if (fit < best_sse) {
+      best_sse = fit;
+      best = x;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 JointRace::JointRace(std::vector<UnitCost> units, double d2h_gbps,
                      double h2d_gbps, int64_t budget, int64_t outside,
                      bool allow_offload, bool allow_recompute,
                      std::vector<int> index, JointRaceOptions options)
-    : units_(std::move(units)),
+    : profiled_(units),
+      units_(std::move(units)),
       index_(std::move(index)),
       outside_(outside),
       allow_offload_(allow_offload),
@@ -122,7 +203,7 @@ RaceStep JointRace::Replan() {
   if (plan.has_value()) {
     // The model's error is often larger than the candidates' difference:
     // each runs and the fastest that fits is kept.
-    std::vector<RacePlan> candidates = {{*plan, units_budget_}};
+    std::vector<RacePlan> candidates = {Made(*plan, units_budget_)};
     for (auto [offload, recompute] :
          {std::pair(false, true), std::pair(true, false)}) {
       if ((offload && !allow_offload_) || (recompute && !allow_recompute_))
@@ -130,7 +211,7 @@ RaceStep JointRace::Replan() {
       std::optional<JointPlan> other =
           PlanFor(units_budget_, offload, recompute);
       if (other.has_value() && !ChoiceIn(*other, candidates)) {
-        candidates.push_back({*other, units_budget_});
+        candidates.push_back(Made(*other, units_budget_));
       }
     }
     if (allow_recompute_) AddFirstUnitsRecomputed(&candidates);
@@ -167,7 +248,7 @@ RaceStep JointRace::Replan() {
   units_budget_ = smallest_units;
   plan = PlanFor(smallest_units, allow_offload_, allow_recompute_);
   if (plan.has_value()) {
-    Apply({*plan, smallest_units});
+    Apply(Made(*plan, smallest_units));
     out.applied = true;
   }
   return out;
@@ -188,7 +269,7 @@ void JointRace::AddFirstUnitsRecomputed(
       StatusOr<JointPlan> plan = EvaluateJoint(p, recompute);
       if (!plan.ok()) continue;
       if (!ChoiceIn(*plan, *candidates)) {
-        candidates->push_back({*std::move(plan), units_budget_});
+        candidates->push_back(Made(*std::move(plan), units_budget_));
       }
       break;
     }
@@ -214,6 +295,60 @@ void JointRace::Apply(const RacePlan& plan) {
   has_plan_ = true;
 }
 
+RacePlan JointRace::Made(JointPlan plan, int64_t budget) const {
+  return {std::move(plan), budget, recompute_excess_, selective_excess_};
+}
+
+int64_t JointRace::PredictedPeak(const RacePlan& p) const {
+  StatusOr<JointPlan> again =
+      EvaluateJoint(Problem(p.budget, allow_offload_, allow_recompute_),
+                    p.plan.choice);
+  return again.ok() ? again->peak_bytes : p.plan.peak_bytes;
+}
+
+void JointRace::FitExcess() {
+  std::vector<std::array<double, 3>> rows;
+  std::vector<double> excess;
+  for (const RaceTrial& t : all_trials_) {
+    const std::array<double, 3> n = Counts(t.plan.plan);
+    // The profiled units' prediction of the trial's plan, or, where they
+    // refuse its budget, its own less the excesses it was made with.
+    JointProblem profiled =
+        Problem(t.plan.budget, allow_offload_, allow_recompute_);
+    profiled.units = profiled_;
+    StatusOr<JointPlan> again = EvaluateJoint(profiled, t.plan.plan.choice);
+    const double predicted =
+        again.ok() ? static_cast<double>(again->peak_bytes + outside_)
+                   : static_cast<double>(t.plan.plan.peak_bytes + outside_) -
+                         n[0] * static_cast<double>(t.plan.recompute_excess) -
+                         n[1] * static_cast<double>(t.plan.selective_excess);
+    rows.push_back(n);
+    excess.push_back(static_cast<double>(t.peak_bytes) - predicted);
+  }
+  const std::array<double, 3> fit = NonNegativeFit(rows, excess);
+  const int64_t recompute = std::llround(fit[0]);
+  const int64_t selective = std::llround(fit[1]);
+  if (recompute == recompute_excess_ && selective == selective_excess_) return;
+  recompute_excess_ = recompute;
+  selective_excess_ = selective;
+  units_ = profiled_;
+  for (UnitCost& u : units_) {
+    if (u.recomputable) {
+      u.input_bytes = std::min(u.input_bytes + recompute, u.saved_bytes);
+    }
+    if (u.selective) {
+      u.selective_bytes = std::min(u.selective_bytes + selective, u.saved_bytes);
+    }
+  }
+  smallest_.reset();
+  std::optional<JointPlan> again =
+      PlanFor(units_budget_, allow_offload_, allow_recompute_);
+  if (again.has_value() && !ChoiceIn(*again, all_trials_) &&
+      !ChoiceIn(*again, candidates_)) {
+    candidates_.insert(candidates_.begin(), Made(*again, units_budget_));
+  }
+}
+
 RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   if (settled_) {  // a check of the kept plan
     --checks_left_;
@@ -237,6 +372,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   runs_.clear();
   trials_.push_back(trial);
   all_trials_.push_back(trial);
+  if (options_.fit_excess) FitExcess();
   if (plan_.plan.offloaded_bytes > 0 && !calibrated_) {
     Calibrate(trial.step_ns, plan_.plan.choice);
   }
@@ -256,7 +392,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
         : nullptr;
     if (faster != nullptr) {
       const int64_t lowered =
-          std::min(units_budget_, faster->plan.plan.peak_bytes) -
+          std::min(units_budget_, PredictedPeak(faster->plan)) -
           (faster->peak_bytes - budget_) -
           static_cast<int64_t>(budget_ * options_.margin);
       if (lowered >= SmallestUnits()) {
@@ -359,7 +495,7 @@ void JointRace::Calibrate(double step_ns,
       PlanFor(units_budget_, allow_offload_, allow_recompute_);
   if (again.has_value() && !ChoiceIn(*again, all_trials_) &&
       !ChoiceIn(*again, candidates_)) {
-    candidates_.insert(candidates_.begin(), {*again, units_budget_});
+    candidates_.insert(candidates_.begin(), Made(*again, units_budget_));
   }
 }
 

@@ -44,6 +44,7 @@ JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
   JointRaceOptions options;
   options.margin = margin;
   options.lowerings = lowerings;
+  options.fit_excess = false;  // these scripts' peaks follow no model
   return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
                    /*allow_offload=*/true, /*allow_recompute=*/true,
                    {0, 1, 2, 3}, options);
@@ -295,6 +296,84 @@ TEST(JointRaceTest, ABudgetNoPlanFitsIsRefusedNamingTheSmallest) {
   EXPECT_EQ(race.units_budget(), 300);
   EXPECT_LE(race.plan().peak_bytes, 300);
   EXPECT_TRUE(race.candidates().empty());
+}
+
+// A machine whose peaks are the model's (the profiled units, at the
+// plan's budget) plus `recompute` bytes per unit recomputed in full,
+// `selective` per selective one and `offload` per offloaded one, and whose
+// steps are the model's.
+struct World {
+  JointProblem units;
+  int64_t outside = 0;
+  int64_t recompute = 0, selective = 0, offload = 0;
+
+  int64_t Peak(const RacePlan& p) const {
+    JointProblem at = units;
+    at.budget = p.budget;
+    StatusOr<JointPlan> plan = EvaluateJoint(at, p.plan.choice);
+    EXPECT_OK(plan.status());
+    int64_t peak = plan->peak_bytes + outside;
+    for (UnitChoice c : p.plan.choice) {
+      if (c == UnitChoice::kRecompute) peak += recompute;
+      if (c == UnitChoice::kSelective) peak += selective;
+      if (c == UnitChoice::kOffload) peak += offload;
+    }
+    return peak;
+  }
+};
+
+// Runs the race in `world` until it settles (at most 40 candidates).
+void RunInWorld(JointRace& race, const World& world) {
+  for (int k = 0; k < 40 && !race.settled(); ++k) {
+    RunCandidate(race, race.plan().step_ns, world.Peak(race.race_plan()));
+  }
+  ASSERT_TRUE(race.settled());
+}
+
+// Each recomputed unit holds 40 bytes above the model (at 1 B/ns, budget
+// 700, nothing offloaded raced that does not also recompute): the fit finds
+// 40, the units' inputs grow by it, and the kept plan fits as measured,
+// predicted exactly by the fitted units.
+TEST(JointRaceTest, FitsTheBytesRecomputedUnitsHoldBeyondTheModel) {
+  World world{Stack(4, 1.0, 1), 0, 40, 0, 0};
+  JointRace race(world.units.units, 1.0, 1.0, 700, 0, true, true,
+                 {0, 1, 2, 3}, JointRaceOptions{.margin = 0});
+  ASSERT_OK(race.Start());
+  RunInWorld(race, world);
+  EXPECT_EQ(race.recompute_excess(), 40);
+  EXPECT_EQ(race.selective_excess(), 0);
+  for (const UnitCost& u : race.units()) EXPECT_EQ(u.input_bytes, 70);
+  EXPECT_LE(world.Peak(race.race_plan()), 700);
+}
+
+// Selective units 25 bytes above the model, recomputed ones 40 and
+// offloaded ones 10 (fitted beside them, not applied): both re-run kinds
+// are found, and every plan raced after the first fit that re-runs units
+// is predicted as measured, less its offloads' excess.
+TEST(JointRaceTest, FitsSelectiveAndRecomputedUnitsApartFromOffloadedOnes) {
+  World world{SelectiveStack(4, 1.0, 1), 5, 40, 25, 10};
+  JointRace race(world.units.units, 1.0, 1.0, 705, 5, true, true,
+                 {0, 1, 2, 3}, JointRaceOptions{.margin = 0});
+  ASSERT_OK(race.Start());
+  RunInWorld(race, world);
+  ASSERT_GE(race.all_trials().size(), 3u);
+  EXPECT_EQ(race.recompute_excess(), 40);
+  EXPECT_EQ(race.selective_excess(), 25);
+  EXPECT_LE(world.Peak(race.race_plan()), 705);
+}
+
+// Without the fit the same machine keeps a plan that re-runs units by the
+// lowering alone (fit_excess false: the excesses stay 0).
+TEST(JointRaceTest, WithoutTheFitTheExcessesStayZero) {
+  World world{Stack(4, 1.0, 1), 0, 40, 0, 0};
+  JointRaceOptions options{.margin = 0};
+  options.fit_excess = false;
+  JointRace race(world.units.units, 1.0, 1.0, 700, 0, true, true,
+                 {0, 1, 2, 3}, options);
+  ASSERT_OK(race.Start());
+  RunInWorld(race, world);
+  EXPECT_EQ(race.recompute_excess(), 0);
+  for (const UnitCost& u : race.units()) EXPECT_EQ(u.input_bytes, 30);
 }
 
 TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {

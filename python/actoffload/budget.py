@@ -157,6 +157,18 @@ class JointBudget:
         return self._bandwidths if self._race is None else self._race.bandwidths
 
     @property
+    def model_units(self):
+        """The plan's units (profile["units"]) with the bytes the race
+        measured re-run units to hold beyond them (JointRace::FitExcess)."""
+        return self.profile["units"] if self._race is None else self._race.units
+
+    @property
+    def excess(self):
+        """(bytes, bytes): what each unit recomputed in full and each
+        selective one measured above the profile, as the race fitted them."""
+        return (0, 0) if self._race is None else self._race.excess
+
+    @property
     def _units_budget(self):
         return None if self._race is None else self._race.units_budget
 
@@ -407,14 +419,15 @@ class JointBudget:
         bandwidths in force (fitted after a plan that offloads ran)."""
         d2h, h2d = self.bandwidths
         again = _common.ext().evaluate_joint(
-            self.profile["units"], d2h, h2d, self._units_budget,
+            self.model_units, d2h, h2d, self._units_budget,
             list(plan["choice"]), True)
         return plan["step_ns"] if again is None else again["step_ns"]
 
     def limit(self):
         """The plan's limit (_C.joint_limit, engine/plan/joint_limit.h): the least
         step, in ns, any keep / offload / recompute choice of the same units
-        can have within the units' budget, from the same profile; None
+        can have within the units' budget, from the same profile and the
+        excesses the race measured (`model_units`); None
         before the plan or beyond the limit's reach (14 units, 3**14
         choices: kJointLimitMaxChoices)."""
         if self.plan is None or len(self.profile["units"]) > 14:
@@ -428,7 +441,7 @@ class JointBudget:
             return None
         d2h, h2d = self.bandwidths
         result = _common.ext().joint_limit(
-            self.profile["units"], d2h, h2d, self._units_budget,
+            self.model_units, d2h, h2d, self._units_budget,
             self.allow_offload, self.allow_recompute)
         return None if result is None else result["step_ns"]
 
@@ -439,7 +452,9 @@ class JointBudget:
         return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} beside "
                 f"the units throughout, {self._units_budget} for them and the head "
                 f"(the last unit, {self.profile['head']} bytes at its peak); copies "
-                f"{self.bandwidths[0]:.1f} GB/s to host, {self.bandwidths[1]:.1f} back\n"
+                f"{self.bandwidths[0]:.1f} GB/s to host, {self.bandwidths[1]:.1f} back; "
+                f"measured above the profile: {self.excess[0]} bytes per recomputed "
+                f"unit, {self.excess[1]} per selective one\n"
                 + self.plan["text"])
 
 

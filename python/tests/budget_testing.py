@@ -17,7 +17,10 @@ class ScriptedProbe:
     backward runs, the step holds `outside` bytes more (a transient). Once
     planned, a peak reads what the plan predicts, plus `over`. A unit run
     selectively (recompute.py) leaves `selective_bytes` (default: as many)
-    until its backward."""
+    until its backward. With `per_recompute`, a planned peak reads instead
+    what the profiled units predict for the plan, plus that many bytes per
+    unit recomputed in full (what the model leaves out: JointRace::FitExcess),
+    plus `over`."""
 
     def __init__(self, unit_bytes, outside, glue=0, selective_bytes=None):
         self.unit_bytes = unit_bytes
@@ -26,6 +29,7 @@ class ScriptedProbe:
         self.glue = glue   # left allocated between two units' forwards
         self.glued = 0
         self.over = 0
+        self.per_recompute = None
         self.now = 0       # allocated
         self.top = 0       # the peak since the last reset
         self.held = []     # (unit, bytes) allocated until its backward, forward order
@@ -78,6 +82,12 @@ class ScriptedProbe:
 
     def peak(self):
         joint = self.ctx.joint_budget if self.ctx is not None else None
+        if joint is not None and joint.plan is not None and self.per_recompute is not None:
+            d2h, h2d = joint.bandwidths
+            profiled = _common.ext().evaluate_joint(
+                joint.profile["units"], d2h, h2d, 1 << 40, list(joint.plan["choice"]), True)
+            return (profiled["peak_bytes"] + self.over
+                    + self.per_recompute * joint.plan["choice"].count("recompute"))
         if joint is not None and joint.plan is not None:
             return joint.plan["peak_bytes"] + self.over
         return max(self.top, self.now) + (self.outside if self.in_backward else 0) + self.over

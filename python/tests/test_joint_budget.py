@@ -131,6 +131,29 @@ def test_a_measured_peak_over_the_budget_lowers_the_plan():
     assert joint.plan["peak_bytes"] <= joint._units_budget < first_budget - UNIT // 2
 
 
+def test_what_recomputed_units_hold_beyond_the_profile_is_measured_and_planned():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.6, allow_offload=False)
+    profile(model, x, ctx, reference)
+    joint = ctx.joint_budget
+    assert joint.excess == (0, 0)
+    probe.per_recompute = UNIT // 4  # each recomputed unit holds a quarter more
+    while joint.measuring:
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert joint.excess[0] == UNIT // 4
+    profiled = {i: u["input_bytes"] for i, u in enumerate(joint.profile["units"])
+                if u["recomputable"]}
+    assert profiled and all(joint.model_units[i]["input_bytes"] == min(
+        b + UNIT // 4, joint.model_units[i]["saved_bytes"]) for i, b in profiled.items())
+    assert f"{UNIT // 4} bytes per recomputed unit" in ctx.budget_plan()
+    # The kept plan fits as measured; the prediction and the limit are the
+    # fitted units'.
+    assert probe.peak() <= joint.budget_bytes
+    assert joint.limit() <= joint.predicted_step(joint.plan)
+
+
 def test_where_no_plan_can_be_lowered_enough_the_lowest_measured_is_kept():
     model = Decoder()
     x = torch.randn(2, 32, 64)

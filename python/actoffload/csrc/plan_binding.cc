@@ -47,6 +47,25 @@ offload::UnitCost UnitOf(const py::dict& d) {
   return u;
 }
 
+// UnitOf's inverse: a dict with UnitCost's field names.
+py::dict UnitDict(const offload::UnitCost& u) {
+  py::dict d;
+  d["saved_bytes"] = u.saved_bytes;
+  d["forward_ns"] = u.forward_ns;
+  d["backward_ns"] = u.backward_ns;
+  d["recomputable"] = u.recomputable;
+  d["offloadable"] = u.offloadable;
+  d["input_bytes"] = u.input_bytes;
+  d["recompute_ns"] = u.recompute_ns;
+  d["recompute_bytes"] = u.recompute_bytes;
+  d["forward_transient_bytes"] = u.forward_transient_bytes;
+  d["backward_transient_bytes"] = u.backward_transient_bytes;
+  d["selective"] = u.selective;
+  d["selective_bytes"] = u.selective_bytes;
+  d["selective_ns"] = u.selective_ns;
+  return d;
+}
+
 // A choice from its name (UnitChoiceName's).
 offload::UnitChoice ChoiceOf(const std::string& name) {
   for (offload::UnitChoice c :
@@ -183,6 +202,19 @@ void BindJointRace(py::module& m) {
       .def_property_readonly("plan",
                              [](const offload::JointRace& r) {
                                return RaceDict(r, r.race_plan());
+                             })
+      .def_property_readonly("units",
+                             [](const offload::JointRace& r) {
+                               py::list out;
+                               for (const offload::UnitCost& u : r.units()) {
+                                 out.append(UnitDict(u));
+                               }
+                               return out;
+                             })
+      .def_property_readonly("excess",
+                             [](const offload::JointRace& r) {
+                               return py::make_tuple(r.recompute_excess(),
+                                                     r.selective_excess());
                              })
       .def_property_readonly("budget", &offload::JointRace::budget)
       .def_property_readonly("units_budget", &offload::JointRace::units_budget)
