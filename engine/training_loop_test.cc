@@ -219,13 +219,13 @@ TEST(TrainingLoopBudgetTest, RetainedGraphUnderABudgetIsTraversedAgain) {
   EXPECT_TRUE(sim->hazards().empty());
 }
 
-// A recording traversed twice plans at its first traversal's end, where the
-// retained graph still holds every unit: that budget is refused once
-// (SPEC §7.8), naming the smallest that fits, and planned for it.
+// A recording traversed twice plans at its first traversal's end; a budget
+// of one unit (16 KiB) is refused once (SPEC §7.8), naming the smallest
+// that fits, and planned for it.
 TEST(TrainingLoopBudgetTest, RetainedRecordingPlansAtItsFirstTraversal) {
   std::unique_ptr<SimBackend> sim = NewSimBackend(SimOptions{});
   OffloadOptions options = Options();
-  options.activation_budget_bytes = 64 << 10;
+  options.activation_budget_bytes = 16 << 10;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
                        TrainingLoop::Create(*sim, options));
   LoopHarness harness(*sim, *loop);
@@ -235,7 +235,7 @@ TEST(TrainingLoopBudgetTest, RetainedRecordingPlansAtItsFirstTraversal) {
               StatusIs(StatusCode::kResourceExhausted,
                        HasSubstr("smallest budget that fits")));
   EXPECT_THAT(loop->current_offloader()->BudgetPlanText(),
-              HasSubstr("budget 131072"));
+              HasSubstr("budget 32768"));
   ASSERT_OK(harness.Backward(recorded, 0, false));
   ASSERT_OK(loop->PassEnded());
   EXPECT_EQ(loop->live_iterations(), 0);

@@ -182,65 +182,92 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& r, int64_t budget) {
   // in order of first use, each at the earliest call (not before the
   // previous one's) from which it fits next to committed until it goes.
   // Without bytes held outside this is "as soon as it fits at that call":
-  // committed only falls after it.
+  // committed only falls after it. Where a reload fits nowhere because
+  // kept units of its layer hold the room until the layer's end (a kept
+  // unit stays until the next BackwardStep, a reloaded one only until
+  // after its pop), the earliest pushed of them that would be gone by the
+  // reload's first use goes to host too, released at the end of the
+  // forward, and the backward is planned again: a larger budget, which
+  // kept more in the forward, then never fails where a smaller one fit.
   const int calls = r.backward_calls;
-  std::vector<int64_t> committed(calls, 0);
-  for (int c = 0; c < calls; ++c) committed[c] = r.HeldOutside(c);
-  for (int i = 0; i < n; ++i) {
-    if (plan.offloaded[i]) continue;
-    for (int c = 0; c < r.units[i].free_at && c < calls; ++c) {
-      if (r.CountedAt(i, c)) committed[c] += r.units[i].bytes;
+  std::vector<int64_t> committed;
+  for (;;) {
+    committed.assign(calls, 0);
+    for (int c = 0; c < calls; ++c) committed[c] = r.HeldOutside(c);
+    for (int i = 0; i < n; ++i) {
+      if (plan.offloaded[i]) continue;
+      for (int c = 0; c < r.units[i].free_at && c < calls; ++c) {
+        if (r.CountedAt(i, c)) committed[c] += r.units[i].bytes;
+      }
     }
-  }
-  // Bytes held outside at a backward call may need room the forward did
-  // not make: with a probe's recording (forward_outside), units on device
-  // then and first used later go to host too, earliest pushed first,
-  // released at the end of the forward. (Without one, as before: such a
-  // budget is refused.)
-  const bool make_room = !r.forward_outside.empty();
-  for (int c = 0; c < calls; ++c) {
-    for (int i = 0; i < n && make_room && committed[c] > budget; ++i) {
+    // Bytes held outside at a backward call may need room the forward did
+    // not make: with a probe's recording (forward_outside), units on device
+    // then and first used later go to host too, earliest pushed first,
+    // released at the end of the forward. (Without one, as before: such a
+    // budget is refused.)
+    const bool make_room = !r.forward_outside.empty();
+    for (int c = 0; c < calls; ++c) {
+      for (int i = 0; i < n && make_room && committed[c] > budget; ++i) {
+        const BudgetUnit& u = r.units[i];
+        if (plan.offloaded[i] || u.free_at <= c ||
+            (u.first_use >= 0 && u.first_use <= c) ||
+            u.dropped_at > r.forward_pushes - 1) {
+          continue;
+        }
+        plan.offloaded[i] = true;
+        plan.release_at[i] = r.forward_pushes - 1;
+        for (int d = 0; d < u.free_at && d < calls; ++d) {
+          if (r.CountedAt(i, d)) committed[d] -= u.bytes;
+        }
+      }
+      if (committed[c] > budget) {
+        return ResourceExhaustedError(
+            "activation budget of " + std::to_string(budget) + " bytes is too "
+            "small in the backward: at backward call " + std::to_string(c) +
+            ", " + std::to_string(committed[c]) + " bytes are on device (" +
+            std::to_string(r.HeldOutside(c)) + " of them held outside)");
+      }
+    }
+    int first_call = 0;
+    int stuck = -1;  // a unit whose reload fits nowhere
+    for (int unit : ReloadOrder(r, plan.offloaded)) {
+      const BudgetUnit& u = r.units[unit];
+      const int until = std::max(u.first_use + 1, std::min(u.done_at, calls));
+      int at = -1;
+      for (int c = first_call; c <= u.first_use && at < 0; ++c) {
+        int64_t most = 0;
+        for (int d = c; d < until; ++d) {
+          most = std::max(most,
+                          committed[d] + (r.CountedAt(unit, d) ? u.bytes : 0));
+        }
+        if (most <= budget) at = c;
+      }
+      if (at < 0) {
+        stuck = unit;
+        break;
+      }
+      for (int c = at; c < until; ++c) {
+        if (r.CountedAt(unit, c)) committed[c] += u.bytes;
+      }
+      plan.reload_at[unit] = at;
+      first_call = at;
+    }
+    if (stuck < 0) break;
+    const BudgetUnit& s = r.units[stuck];
+    int kept = -1;
+    for (int i = 0; i < n && kept < 0; ++i) {
       const BudgetUnit& u = r.units[i];
-      if (plan.offloaded[i] || u.free_at <= c ||
-          (u.first_use >= 0 && u.first_use <= c) ||
-          u.dropped_at > r.forward_pushes - 1) {
-        continue;
-      }
-      plan.offloaded[i] = true;
-      plan.release_at[i] = r.forward_pushes - 1;
-      for (int d = 0; d < u.free_at && d < calls; ++d) {
-        if (r.CountedAt(i, d)) committed[d] -= u.bytes;
+      if (!plan.offloaded[i] && u.first_use >= 0 && u.done_at <= s.first_use &&
+          u.free_at > s.first_use && u.dropped_at <= r.forward_pushes - 1) {
+        kept = i;
       }
     }
-    if (committed[c] > budget) {
-      return ResourceExhaustedError(
-          "activation budget of " + std::to_string(budget) + " bytes is too "
-          "small in the backward: at backward call " + std::to_string(c) +
-          ", " + std::to_string(committed[c]) + " bytes are on device (" +
-          std::to_string(r.HeldOutside(c)) + " of them held outside)");
+    if (kept < 0) {
+      return too_small("in the backward", stuck, committed[s.first_use]);
     }
-  }
-  int first_call = 0;
-  for (int unit : ReloadOrder(r, plan.offloaded)) {
-    const BudgetUnit& u = r.units[unit];
-    const int until = std::max(u.first_use + 1, std::min(u.done_at, calls));
-    int at = -1;
-    for (int c = first_call; c <= u.first_use && at < 0; ++c) {
-      int64_t most = 0;
-      for (int d = c; d < until; ++d) {
-        most = std::max(most,
-                        committed[d] + (r.CountedAt(unit, d) ? u.bytes : 0));
-      }
-      if (most <= budget) at = c;
-    }
-    if (at < 0) {
-      return too_small("in the backward", unit, committed[u.first_use]);
-    }
-    for (int c = at; c < until; ++c) {
-      if (r.CountedAt(unit, c)) committed[c] += u.bytes;
-    }
-    plan.reload_at[unit] = at;
-    first_call = at;
+    plan.offloaded[kept] = true;
+    plan.release_at[kept] = r.forward_pushes - 1;
+    std::fill(plan.reload_at.begin(), plan.reload_at.end(), -1);
   }
   for (int64_t bytes : committed) {
     plan.peak_bytes = std::max(plan.peak_bytes, bytes);

@@ -129,7 +129,11 @@ struct BudgetPlan {
 // copy starts when its last view is pushed; reloads start in order of first
 // use, each as soon as it fits after the frees of that call (next to the
 // bytes held outside at that call and every later one while it is on
-// device), and at the latest at its first use. With a probe's recording
+// device), and at the latest at its first use; where a reload fits nowhere
+// because units kept beside it hold the room until their layer's end, the
+// earliest pushed of them that a reload would free by then goes to host
+// too (released at the end of the forward) and the backward is planned
+// again. With a probe's recording
 // (forward_outside not empty), where bytes held outside at a backward call
 // leave too little room for the units kept there, units first used after
 // that call go to host too (earliest pushed first), released at the end of
@@ -143,8 +147,9 @@ StatusOr<BudgetPlan> PlanBudget(const BudgetRecording& recording,
 
 // The least budget PlanBudget can keep for `recording` (searched between 1
 // and every unit's bytes plus the most held outside in the forward or the
-// backward, where nothing needs to move; feasibility grows with the
-// budget). Errors: as ValidateRecording.
+// backward, where nothing needs to move; a plan that fits a budget fits
+// every larger one, as the property test checks). Errors: as
+// ValidateRecording.
 StatusOr<int64_t> SmallestBudget(const BudgetRecording& recording);
 
 // Checks a recording: units in order of first push, pushes in range and

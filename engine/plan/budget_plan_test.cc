@@ -229,6 +229,27 @@ TEST(BudgetPlanTest, FormatShowsEveryUnitAndTheTotals) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 14);
 }
 
+// RapidCheck's counterexample (seed 4840092986683921900), 5 layers of 3:
+// at 1769 the forward releases units 0..10; at 2269 it keeps unit 10 (876
+// bytes, layer 3) beside unit 11, and unit 9's reload (893 bytes, first
+// used at call 7) fits nowhere next to them (1522 bytes kept until layer
+// 2's step). Unit 10, gone by call 7 once reloaded instead of kept, goes
+// to host too, and 2269 plans with no more offloaded than 1769.
+TEST(BudgetPlanTest, AReloadBlockedByKeptUnitsOfItsLayerSendsOneToHost) {
+  BudgetRecording r = Stack(5, 3, 1);
+  const int64_t bytes[] = {770, 407, 304, 103, 183, 590, 184, 839,
+                           86,  893, 876, 646, 180, 1,   339};
+  for (int i = 0; i < 15; ++i) r.units[i].bytes = bytes[i];
+  ASSERT_OK_AND_ASSIGN(BudgetPlan smaller, PlanBudget(r, 1769));
+  ASSERT_OK_AND_ASSIGN(BudgetPlan larger, PlanBudget(r, 2269));
+  EXPECT_OK(ValidateBudgetPlan(larger, r));
+  EXPECT_TRUE(larger.offloaded[10]);
+  EXPECT_EQ(larger.release_at[10], r.forward_pushes - 1);
+  EXPECT_FALSE(larger.offloaded[11]);
+  EXPECT_LE(larger.OffloadedBytes(r), smaller.OffloadedBytes(r));
+  EXPECT_LE(larger.peak_bytes, 2269);
+}
+
 // Random stacks of random unit sizes: every plan PlanBudget makes passes
 // the independent check, stays within the budget, and a larger budget
 // never offloads more.
