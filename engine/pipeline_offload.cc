@@ -122,6 +122,10 @@ Status PipelineOffloader::GroupBackwardEnd(std::string_view name) {
 Status PipelineOffloader::FinishIteration() {
   return policy_->FinishIteration();
 }
+
+Status PipelineOffloader::AbandonIteration() {
+  return policy_->AbandonIteration();
+}
 bool PipelineOffloader::warmed_up() const { return policy_->warmed_up(); }
 const std::optional<OffloadSummary>& PipelineOffloader::summary() const {
   return policy_->summary();

@@ -176,6 +176,20 @@ class PipelineOffloader {
   // Errors: kFailedPrecondition naming what has not run (nothing changed).
   Status FinishIteration();
 
+  // SPEC §7.2 for this door: the caller drops the iteration wherever it is
+  // (a chunk's forward raised, a schedule step failed mid-way): every
+  // group is released, each free ordered after the copies that read it;
+  // offloads still queued by delay_offload are dropped unissued; a warning
+  // names the iteration and how far it got; the next StartChunk begins a
+  // new iteration. During the warm-up iteration its partial record is
+  // discarded (the next iteration warms up again); after it, the frozen
+  // plan stays. Handles of the dropped iteration are refused by Pop. An OK
+  // no-op between iterations.
+  // Errors: kFailedPrecondition while the compute stream is capturing
+  //   (nothing changed); an ordering call failed (the iteration ended all
+  //   the same, that memory is kept and warned).
+  Status AbandonIteration();
+
   // --- Queries -------------------------------------------------------------
   bool warmed_up() const;
   // After warm-up: this rank's summary (SPEC §5.4).

@@ -207,3 +207,81 @@ TEST_F(PipelineReliabilityTest, PopNeverReturnsATensorWithoutMemory) {
 
 }  // namespace
 }  // namespace offload
+
+namespace offload {
+namespace {
+
+class PipelineAbandonTest : public pipeline_test::SimPipelineTest {
+ protected:
+  // One iteration of chunks (0,0) and (0,1), one core_attn group each with
+  // tensors of seeds 1 and 2, run to the end and checked.
+  void FullIteration() {
+    ASSERT_OK(off_->StartChunk(0, 0));
+    SavedTensor s0 = Group("core_attn", 1);
+    ASSERT_OK(off_->StartChunk(0, 1));
+    SavedTensor s1 = Group("core_attn", 2);
+    for (int mb : {0, 1}) {
+      ASSERT_OK(off_->StartChunkBackward(0, mb));
+      ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+      PopAndCheck(mb == 0 ? s0 : s1, mb + 1);
+      ASSERT_OK(off_->GroupBackwardEnd("core_attn"));
+    }
+    ASSERT_OK(off_->FinishIteration());
+  }
+};
+
+// SPEC §7.2 for the fine-grained door: an iteration dropped mid-forward (a
+// group open, an earlier group offloaded) or mid-backward releases every
+// device byte it held, warns naming how far it got, refuses its handles,
+// and the next iterations run (after the warm-up, under the same frozen
+// plan; in it, the warm-up runs again). Between iterations it is a no-op.
+TEST_F(PipelineAbandonTest, ADroppedIterationReleasesItsMemoryAndTheNextRuns) {
+  for (bool warmed_up : {false, true}) {
+    for (bool in_backward : {false, true}) {
+      SCOPED_TRACE(std::string(warmed_up ? "after" : "in") + " the warm-up, " +
+                   (in_backward ? "in the backward" : "in the forward"));
+      Make(Modules({"core_attn"}));
+      if (warmed_up) {
+        ASSERT_NO_FATAL_FAILURE(FullIteration());
+      }
+      ASSERT_TRUE(off_->warmed_up() == warmed_up);
+      sim_->RunUntilIdle();
+      const int64_t before = sim_->DeviceBytesInUse();
+      ASSERT_OK(off_->StartChunk(0, 0));
+      SavedTensor s0 = Group("core_attn", 1);
+      ASSERT_OK(off_->StartChunk(0, 1));
+      ASSERT_OK(off_->GroupStart("core_attn"));
+      {
+        Tensor t = New(2);
+        ASSERT_OK(off_->Push(t).status());
+      }
+      if (in_backward) {
+        ASSERT_OK(off_->GroupCommit("core_attn", {}));
+        ASSERT_OK(off_->StartChunkBackward(0, 0));
+        ASSERT_OK(off_->GroupBackwardStart("core_attn"));
+      }
+      ASSERT_OK(off_->AbandonIteration());
+      EXPECT_THAT(off_->diagnostics().warnings().back(),
+                  HasSubstr("AbandonIteration of iteration"));
+      EXPECT_THAT(off_->diagnostics().warnings().back(),
+                  HasSubstr(warmed_up ? "dropped after 2 chunks' forward"
+                                      : "the warm-up runs again"));
+      EXPECT_THAT(off_->Pop(s0).status(),
+                  StatusIs(StatusCode::kInvalidArgument));
+      // After the warm-up chunk (0, 0)'s group stays on device (§5.4a) and
+      // its handle holds the tensor: it goes with the handle.
+      s0 = SavedTensor();
+      sim_->RunUntilIdle();
+      EXPECT_EQ(sim_->DeviceBytesInUse(), before);
+      EXPECT_TRUE(off_->warmed_up() == warmed_up);
+      ASSERT_OK(off_->AbandonIteration());  // between iterations: no-op
+      ASSERT_NO_FATAL_FAILURE(FullIteration());
+      ASSERT_NO_FATAL_FAILURE(FullIteration());
+      EXPECT_TRUE(off_->warmed_up());
+      ExpectClean();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace offload

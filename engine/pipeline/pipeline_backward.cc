@@ -217,6 +217,37 @@ Status PipelinePolicy::FinishIteration() {
   }
   Status first = IssueDelayedOffloads(DelayedIssue::kLeftOver, where);
   if (!warmed_up_) Freeze();
+  first.Update(ResetIteration());
+  return first.WithContext(where + " (the iteration ended)");
+}
+
+Status PipelinePolicy::AbandonIteration() {
+  if (!options_.enabled) return OkStatus();
+  const std::string where = "AbandonIteration of " + Iteration();
+  if (Capturing()) {
+    return FailedPreconditionError(
+        where + ": not during a graph capture (end the capture first)");
+  }
+  if (chunks_.empty()) return OkStatus();  // between iterations
+  int forward = 0;
+  for (const Chunk& chunk : chunks_) forward += chunk.forward_ended ? 1 : 0;
+  if (forward_chunk_ >= 0) ++forward;  // the one running
+  core_.Warn(where + ": dropped after " + std::to_string(forward) +
+             " chunks' forward (" + std::to_string(backward_chunks_) +
+             " began their backward" +
+             (warmed_up_ ? "" : "; the warm-up runs again") +
+             "); its memory was released");
+  delayed_.clear();  // never issued: their tensors go with the groups
+  Status first = ResetIteration();
+  if (!warmed_up_) {  // a partial record: the next iteration records anew
+    slots_.clear();
+    recorded_.clear();
+  }
+  return first.WithContext(where + " (the iteration ended)");
+}
+
+Status PipelinePolicy::ResetIteration() {
+  Status first = OkStatus();
   for (Slot& slot : slots_) {
     if (slot.group->state() != GroupState::kReleased) {
       first.Update(slot.group->ReleaseAll(options_.pinned_pool));
@@ -234,7 +265,7 @@ Status PipelinePolicy::FinishIteration() {
   forward_chunk_ = backward_chunk_ = -1;
   backward_chunks_ = 0;
   pending_release_.clear();
-  return first.WithContext(where + " (the iteration ended)");
+  return first;
 }
 
 void PipelinePolicy::Freeze() {

@@ -61,6 +61,7 @@ class PipelinePolicy {
   StatusOr<CompositeTensor> PopComposite(const SavedTensor& saved);
   Status GroupBackwardEnd(std::string_view name);
   Status FinishIteration();
+  Status AbandonIteration();
 
   bool warmed_up() const { return warmed_up_; }
   const std::optional<OffloadSummary>& summary() const { return summary_; }
@@ -151,6 +152,9 @@ class PipelinePolicy {
   // Freezes the plan after warm-up.
   void Freeze();
   void EndIteration();
+  // Releases every group and clears the iteration's state (FinishIteration
+  // and AbandonIteration). Errors: the first failed ordering call.
+  Status ResetIteration();
 
   const PipelineOffloadOptions options_;
   HandleMaker handles_{"PipelineOffloader"};

@@ -11,6 +11,12 @@
     fg.finish_iteration()      # after every chunk's backward
     print(fg.summary_table())  # after the first (warm-up) iteration
 
+An exception that leaves a chunk's forward abandons the iteration (SPEC
+§7.2: its memory is released, a warning says so, the exception goes on) and
+the next chunk() begins a new one; after an exception elsewhere in a step
+(a backward, a schedule between chunks), call fg.abandon_iteration() before
+trying again.
+
 group_start / group_commit are identities on the tensor that flows through
 the submodule. Forward: GroupStart / GroupCommit (the group's offload starts
 at its commit). Backward, in reverse: the gradient reaching the committed
@@ -22,6 +28,7 @@ Megatron's hidden states do.
 """
 
 import contextlib
+import warnings
 
 import torch
 
@@ -99,6 +106,10 @@ class FineGrainedOffloader:
         try:
             with self._filter.hooks():
                 yield self
+        except BaseException:
+            self._chunk = None
+            self.abandon_iteration()
+            raise
         finally:
             self._chunk = None
 
@@ -129,6 +140,22 @@ class FineGrainedOffloader:
         self.core.finish_iteration()
         self._backward_chunk = None
         self._forwards = {}
+
+    def abandon_iteration(self):
+        """Drops the iteration wherever it is (SPEC §7.2): every group's
+        memory is released (warned), the microbatch count starts again, and
+        the next chunk() begins a new iteration; during the warm-up
+        iteration, the next one warms up again. Handles of the dropped
+        iteration are refused if its graph is ever run backward. A no-op
+        between iterations."""
+        before = len(self.core.warnings())
+        try:
+            self.core.abandon_iteration()
+        finally:
+            self._backward_chunk = None
+            self._forwards = {}
+            for message in self.core.warnings()[before:]:
+                warnings.warn("actoffload: " + message, stacklevel=3)
 
     def summary_table(self):
         return self.core.summary_table()

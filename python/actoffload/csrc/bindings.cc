@@ -130,6 +130,7 @@ class FineGrainedOffloader {
     ThrowIfError(offloader_->GroupBackwardEnd(name));
   }
   void FinishIteration() { ThrowIfError(offloader_->FinishIteration()); }
+  void AbandonIteration() { ThrowIfError(offloader_->AbandonIteration()); }
   bool WarmedUp() const { return offloader_->warmed_up(); }
   std::string SummaryTable() const {
     const auto& summary = offloader_->summary();
@@ -251,6 +252,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("pop", &FineGrainedOffloader::Pop)
       .def("group_backward_end", &FineGrainedOffloader::GroupBackwardEnd)
       .def("finish_iteration", &FineGrainedOffloader::FinishIteration)
+      .def("abandon_iteration", &FineGrainedOffloader::AbandonIteration)
       .def("warmed_up", &FineGrainedOffloader::WarmedUp)
       .def("summary_table", &FineGrainedOffloader::SummaryTable)
       .def("offloaded_bytes", &FineGrainedOffloader::OffloadedBytes)
