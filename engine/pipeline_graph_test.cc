@@ -222,6 +222,10 @@ TEST_F(PipelineGraphTest, UndelayedOffloadRefusedWhileCapturing) {
   EXPECT_THAT(off_->IssueDelayedOffloads(),
               StatusIs(StatusCode::kFailedPrecondition,
                        HasSubstr("after the region's Launch")));
+  // So is dropping the iteration (SPEC §7.2): its frees would be captured.
+  EXPECT_THAT(off_->AbandonIteration(),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("not during a graph capture")));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Graph> graph,
                        sim_->EndCapture(compute));
   ASSERT_OK(off_->GroupCommit(kNames[0]));  // the group was still open
