@@ -5,6 +5,11 @@
 # CUDA report SKIPPED there. Needs /usr/bin/python3 with torch and pytest
 # (./setup.sh installs Debian's python3-torch and python3-pytest).
 set -euo pipefail
+# Bazel's prebuilt extension (//python:extension), named relative to the
+# runfiles root where the test starts.
+if [[ -n "${ACTOFFLOAD_PREBUILT:-}" ]]; then
+  export ACTOFFLOAD_PREBUILT="$(realpath "$ACTOFFLOAD_PREBUILT")"
+fi
 cd "$(dirname "$0")"
 python=/usr/bin/python3
 if ! "$python" -c "import torch, pytest" 2>/dev/null; then

@@ -167,4 +167,36 @@ def load_extension(verbose=False):
     module = load_installed()
     if module is not None:
         return module
+    prebuilt = os.environ.get("ACTOFFLOAD_PREBUILT")
+    if prebuilt:
+        return load_prebuilt(prebuilt)
     return load_jit(verbose)
+
+
+def load_prebuilt(path):
+    """The module load_jit built elsewhere, from its library (Bazel's
+    //python:extension for the tests: ACTOFFLOAD_PREBUILT names it). Raises
+    ImportError when it is not there or does not load."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or not os.path.isfile(path):
+        raise ImportError(f"actoffload: ACTOFFLOAD_PREBUILT={path} is not a "
+                          "built extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_to(library):
+    """Builds the development module (load_jit, CPU only) in a folder beside
+    `library` and copies its library there: Bazel's //python:extension."""
+    import shutil
+    os.environ["ACTOFFLOAD_NO_CUDA"] = "1"
+    folder = os.path.join(os.path.dirname(os.path.abspath(library)), "extension_build")
+    os.environ["ACTOFFLOAD_BUILD_DIR"] = folder
+    module = load_jit()
+    shutil.copyfile(module.__file__, library)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--build-to":
+    build_to(sys.argv[2])
