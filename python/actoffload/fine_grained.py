@@ -108,7 +108,11 @@ class FineGrainedOffloader:
                 yield self
         except BaseException:
             self._chunk = None
-            self.abandon_iteration()
+            try:
+                self.abandon_iteration()
+            except Exception as refused:  # the caller's exception goes on, not this one
+                warnings.warn(f"actoffload: the interrupted iteration was not dropped: "
+                              f"{refused}", stacklevel=3)
             raise
         finally:
             self._chunk = None

@@ -107,3 +107,16 @@ def test_the_graph_of_an_abandoned_iteration_is_refused_in_backward():
         (stale.float() ** 2).mean().backward()
     del stale
     steps(fg, model, x, reference, 2)
+
+
+def test_where_the_iteration_cannot_be_dropped_the_callers_exception_still_goes_on():
+    model = Stack(layers=2)
+    x = torch.randn(2, 64, 64)
+    fg = actoffload.FineGrainedOffloader(["mlp"], min_offload_size=MIN, backend="sim")
+
+    def refuse():
+        raise actoffload.OffloadError("FAILED_PRECONDITION: not during a graph capture")
+    fg.abandon_iteration = refuse
+    with pytest.warns(UserWarning, match="not dropped: .*graph capture"):
+        with pytest.raises(Boom):
+            train_step(model, x, raising_forward(fg, 1))
