@@ -38,6 +38,9 @@ std::vector<bool> Recomputed(const JointPlan& plan) {
   return r;
 }
 
+// Every candidate runs, however slow the model predicts it.
+constexpr double kNoPrune = 1e9;
+
 // Four units at `gbps`, nothing outside them, no margin unless given.
 JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
                     double margin = 0, int lowerings = 2) {
@@ -45,6 +48,7 @@ JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
   options.margin = margin;
   options.lowerings = lowerings;
   options.fit_excess = false;  // these scripts' peaks follow no model
+  options.prune = kNoPrune;     // nor do their steps
   return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
                    /*allow_offload=*/true, /*allow_recompute=*/true,
                    {0, 1, 2, 3}, options);
@@ -352,8 +356,9 @@ TEST(JointRaceTest, FitsTheBytesRecomputedUnitsHoldBeyondTheModel) {
 // is predicted as measured, less its offloads' excess.
 TEST(JointRaceTest, FitsSelectiveAndRecomputedUnitsApartFromOffloadedOnes) {
   World world{SelectiveStack(4, 1.0, 1), 5, 40, 25, 10};
+  // Every candidate runs: three kinds of excess need three trials.
   JointRace race(world.units.units, 1.0, 1.0, 705, 5, true, true,
-                 {0, 1, 2, 3}, JointRaceOptions{.margin = 0});
+                 {0, 1, 2, 3}, JointRaceOptions{.margin = 0, .prune = kNoPrune});
   ASSERT_OK(race.Start());
   RunInWorld(race, world);
   ASSERT_GE(race.all_trials().size(), 3u);
@@ -374,6 +379,81 @@ TEST(JointRaceTest, WithoutTheFitTheExcessesStayZero) {
   RunInWorld(race, world);
   EXPECT_EQ(race.recompute_excess(), 0);
   for (const UnitCost& u : race.units()) EXPECT_EQ(u.input_bytes, 30);
+}
+
+// Budget 700 for four units at 1 B/ns: the offload-only candidate is
+// predicted more than 15% slower than the joint plan, so it is not raced;
+// without pruning it is.
+TEST(JointRaceTest, ACandidatePredictedClearlySlowerThanTheJointPlanIsNotRaced) {
+  auto offload_only = [](const JointRace& race) {
+    for (const RacePlan& c : race.candidates()) {
+      if (Choices(c.plan).find('R') == std::string::npos &&
+          Choices(c.plan).find('O') != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  JointRace all = FourUnits(1.0, 700);
+  ASSERT_OK(all.Start());
+  ASSERT_TRUE(offload_only(all));
+  JointRaceOptions options;
+  options.margin = 0;
+  options.fit_excess = false;
+  JointRace pruned(Stack(4, 1.0, 1).units, 1.0, 1.0, 700, 0, true, true,
+                   {0, 1, 2, 3}, options);
+  ASSERT_OK(pruned.Start());
+  EXPECT_FALSE(offload_only(pruned));
+  for (const RacePlan& c : pruned.candidates()) {
+    EXPECT_LE(c.plan.step_ns, pruned.plan().step_ns * 1.15) << Choices(c.plan);
+  }
+  EXPECT_LT(pruned.candidates().size(), all.candidates().size());
+}
+
+// The first trial fits and runs at half the joint plan's predicted step (a
+// machine faster than profiled): every later candidate is predicted more
+// than 15% slower than it, so none runs and the first is kept.
+TEST(JointRaceTest, ACandidatePredictedClearlySlowerThanAFittingTrialIsSkipped) {
+  JointRaceOptions options;
+  options.margin = 0;
+  options.fit_excess = false;
+  options.lowerings = 0;
+  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, 700, 0, true, true,
+                 {0, 1, 2, 3}, options);
+  ASSERT_OK(race.Start());
+  ASSERT_FALSE(race.candidates().empty());
+  const std::string first = Choices(race.plan());
+  EXPECT_TRUE(RunCandidate(race, race.plan().step_ns / 2, 600).applied);
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(race.trials().size(), 1u);
+  EXPECT_EQ(Choices(race.plan()), first);
+}
+
+// Checkpointing's own choice for the budget without the margin, where the
+// margin costs it a unit: budget 1000 with a 10% margin leaves the units
+// 900, where one first unit recomputed (predicted 930) does not fit, two
+// (660) do; without the margin one does. Both run, and the faster, measured
+// within the budget, is kept.
+TEST(JointRaceTest, CheckpointingWithoutTheMarginIsRacedWhereItNeedsAUnitLess) {
+  JointRaceOptions options;
+  options.margin = 0.1;
+  options.fit_excess = false;
+  options.prune = kNoPrune;
+  options.lowerings = 0;
+  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, 1000, 0,
+                 /*allow_offload=*/false, /*allow_recompute=*/true,
+                 {0, 1, 2, 3}, options);
+  ASSERT_OK(race.Start());
+  EXPECT_EQ(race.units_budget(), 900);
+  std::vector<std::string> plans = {Choices(race.plan())};
+  for (const RacePlan& c : race.candidates()) plans.push_back(Choices(c.plan));
+  EXPECT_THAT(plans, ::testing::Contains("RKKK"));
+  EXPECT_THAT(plans, ::testing::Contains("RRKK"));
+  // Each runs at its predicted step and peak.
+  while (!race.settled()) {
+    RunCandidate(race, race.plan().step_ns, race.plan().peak_bytes);
+  }
+  EXPECT_EQ(Choices(race.plan()), "RKKK");
 }
 
 TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {

@@ -16,7 +16,8 @@ before the forward. Its life:
      and after its forward), its input's bytes, the peak of its forward and
      of its backward above what the model already counts (its transients:
      eager attention's scores, the gradients its backward computes), its
-     forward and backward times (CUDA events). What stays beside the units
+     forward and backward times (CUDA events; units of one structure share
+     their medians, budget_profile.share_times). What stays beside the units
      throughout (embeddings' output, the head's gradients) comes off the
      budget; the head's peak (the logits, the loss and their backward) is
      one more unit, never offloaded or recomputed. To read each stretch's
@@ -35,8 +36,10 @@ before the forward. Its life:
      schedule table (SPEC §4.2) releasing and reloading them where the
      plan's model does.
   4. Warm up: the joint plan and, as candidates, the recompute-only and
-     offload-only plans for the same budget each run RUNS_PER_CANDIDATE
-     times (the first allocates pinned buffers and does not count); the
+     offload-only plans and checkpointing's own choice for the same budget
+     (those the model predicts more than PRUNE slower left out) each run
+     RUNS_PER_CANDIDATE times (the first allocates pinned buffers and does
+     not count); the
      fastest whose peak fits is kept, and its peak is checked in the next
      CHECKED_ITERATIONS. Where none fits, the
      units' share is lowered by the least excess and planned anew; where a
@@ -72,6 +75,10 @@ RUNS_PER_CANDIDATE = 3
 CHECKED_ITERATIONS = 4
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
+# A candidate the model predicts slower than the joint plan, or than the
+# fastest trial that fits, by more than this share is not run
+# (JointRaceOptions::prune).
+PRUNE = 0.15
 
 
 def find_units(layers, granularity):
@@ -336,7 +343,8 @@ class JointBudget:
         self.profile, self._index = budget_profile.make_profile(
             r, selective, self._clock,
             recomputable=[not recompute.compiled(u) for u in self.units],
-            selective=[self._selective_allowed(i) for i in range(n)])
+            selective=[self._selective_allowed(i) for i in range(n)],
+            kinds=[budget_profile.unit_kind(u) for u in self.units])
         if self._budget_bytes is None:
             self._budget_bytes = int(self.budget_fraction * r["peak"])
 
@@ -350,7 +358,7 @@ class JointBudget:
             self.profile["outside"], self.allow_offload, self.allow_recompute,
             self._index, runs_per_candidate=RUNS_PER_CANDIDATE,
             checked_iterations=CHECKED_ITERATIONS,
-            warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN)
+            warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE)
         self._race.start()
         self.refusal = self._race.refusal
         self._apply(self._race.plan)

@@ -3,13 +3,14 @@ the units the engine's joint planner takes (engine/plan/joint_plan.h;
 engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place among them."""
 
 
-def make_profile(r, selective_record, clock, recomputable, selective):
+def make_profile(r, selective_record, clock, recomputable, selective, kinds=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
     offloaded or recomputed), `selective_record` the second's (the units
     with selective[i] recomputed selectively) or None; recomputable[i] and
-    selective[i] say which choices unit i may have. profile["units"] are
-    the plan's units (glue and the head among them), index[i] unit i's
-    place there."""
+    selective[i] say which choices unit i may have; kinds[i] (optional)
+    names unit i's structure (unit_kind): units of one kind share their
+    median times. profile["units"] are the plan's units (glue and the head
+    among them), index[i] unit i's place there."""
     n = len(r["fwd"])
     fwd = [clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
     bwd = [None] * n
@@ -17,6 +18,8 @@ def make_profile(r, selective_record, clock, recomputable, selective):
         nxt = r["bwd"][i - 1] if i > 0 else r["end"]
         if r["bwd"][i] is not None and nxt is not None:
             bwd[i] = clock.ns(r["bwd"][i], nxt)
+    if kinds is not None:
+        share_times(fwd, bwd, kinds)
     known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
     ratio = sorted(known)[len(known) // 2] if known else 2.0
     sel_ratio = (None if selective_record is None
@@ -67,6 +70,40 @@ def make_profile(r, selective_record, clock, recomputable, selective):
                   "offloadable": False})
     return {"units": units, "peak": r["peak"], "outside": outside,
             "head": head_bytes}, index
+
+
+def unit_kind(unit):
+    """What makes two units the same work: their class and their
+    parameters' names, shapes and dtypes (the decoder layers of one model
+    are one kind; its attention and MLP blocks two)."""
+    return (type(unit).__qualname__,
+            tuple((name, tuple(p.shape), p.dtype) for name, p in unit.named_parameters()))
+
+
+def share_times(fwd, bwd, kinds):
+    """Gives the units of each kind their median forward time and (unit 0
+    aside: its backward's stretch holds the embeddings' too) their median
+    backward time, in place. Why: one iteration's CUDA events time
+    identical GPT-2 layers at 1.75 to 2.76 ms (the caching allocator's
+    first cudaMallocs, a busy machine), and the planner then re-ran the
+    layers timed cheapest, not the ones whose re-run frees the most."""
+    def median(values):
+        return sorted(values)[len(values) // 2]
+
+    groups = {}
+    for i, kind in enumerate(kinds):
+        groups.setdefault(kind, []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        f = median([fwd[i] for i in members])
+        for i in members:
+            fwd[i] = f
+        timed = [i for i in members if i > 0 and bwd[i] is not None]
+        if timed:
+            b = median([bwd[i] for i in timed])
+            for i in timed:
+                bwd[i] = b
 
 
 def _median_gain(selective, fwd, bwd, clock):

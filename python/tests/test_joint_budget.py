@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import actoffload
-from actoffload import _common, budget
+from actoffload import _common, budget, budget_profile
 from budget_testing import UNIT, Decoder, ScriptedProbe, make, profile, seeded_step
 from models import assert_identical
 
@@ -203,7 +203,9 @@ def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     assert not joint._settled and joint.measuring  # warming up again
 
 
-def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured():
+def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured(monkeypatch):
+    # Every candidate runs (the CPU's steps follow no model of the plan).
+    monkeypatch.setattr(budget, "PRUNE", 1e9)
     model = Decoder()
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8, outside=0)
@@ -248,6 +250,27 @@ def test_the_schedule_moves_units_where_the_plans_model_does():
              "reloaded_during": [1, -1, 5, -1, -1, -1]}
     assert budget.schedule_for(glued, [0, 2, 3, 4]) == {0: (True, 2, False, 4),
                                                         1: (True, 4, False, 1)}
+
+
+def test_units_of_one_structure_share_their_median_times():
+    # By hand: three layers of one kind and one block of another; unit 0's
+    # backward (its stretch holds the embeddings' too) keeps its own.
+    fwd = [3.0, 1.0, 2.0, 9.0]
+    bwd = [7.0, 4.0, 6.0, 8.0]
+    budget_profile.share_times(fwd, bwd, ["layer", "layer", "layer", "block"])
+    assert fwd == [2.0, 2.0, 2.0, 9.0]
+    assert bwd == [7.0, 6.0, 6.0, 8.0]
+    # In the profile: the decoder's identical layers (CPU clock, so each
+    # timed differently) are planned with one forward and one backward time.
+    model = Decoder()
+    assert len({budget_profile.unit_kind(layer) for layer in model.layers}) == 1
+    ctx, _ = make(model, 0.6)
+    profile(model, torch.randn(2, 32, 64), ctx)
+    joint = ctx.joint_budget
+    units = [joint.profile["units"][i] for i in joint._index]
+    assert len({u["forward_ns"] for u in units}) == 1, units
+    assert len({u["backward_ns"] for u in units[1:]}) == 1, units
+    assert len({u["recompute_ns"] for u in units}) == 1, units
 
 
 def test_budget_fraction_needs_a_probe_and_a_valid_fraction():

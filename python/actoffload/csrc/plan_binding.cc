@@ -161,7 +161,7 @@ void BindJointRace(py::module& m) {
                        bool allow_offload, bool allow_recompute,
                        std::vector<int> index, int runs_per_candidate,
                        int checked_iterations, int warmup_iterations,
-                       double margin) {
+                       double margin, double prune) {
              if (runs_per_candidate < 2) {
                throw py::value_error("runs_per_candidate must be at least 2");
              }
@@ -172,6 +172,7 @@ void BindJointRace(py::module& m) {
              options.checked_iterations = checked_iterations;
              options.warmup_iterations = warmup_iterations;
              options.margin = margin;
+             options.prune = prune;
              return std::make_unique<offload::JointRace>(
                  std::move(costs), d2h_gbps, h2d_gbps, budget, outside,
                  allow_offload, allow_recompute, std::move(index), options);
@@ -180,7 +181,8 @@ void BindJointRace(py::module& m) {
            py::arg("budget"), py::arg("outside"), py::arg("allow_offload"),
            py::arg("allow_recompute"), py::arg("index"),
            py::arg("runs_per_candidate") = 3, py::arg("checked_iterations") = 4,
-           py::arg("warmup_iterations") = 24, py::arg("margin") = 0.01)
+           py::arg("warmup_iterations") = 24, py::arg("margin") = 0.01,
+           py::arg("prune") = offload::JointRaceOptions{}.prune)
       .def("start", [](offload::JointRace& r) { ThrowIfError(r.Start()); })
       .def("measured",
            [](offload::JointRace& r, double step_ns, int64_t peak_bytes) {
