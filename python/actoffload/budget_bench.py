@@ -190,6 +190,9 @@ def run_model(name, args, out):
     model = demo.build_model(kind, args.hidden, args.layers, attn, args.seed,
                              vocab=args.vocab, ffn=args.ffn)
     model.bench_set_to_none = args.set_to_none
+    if args.compile:  # each decoder layer: the joint plan keeps or offloads them
+        for layer in demo.decoder_layers(model):
+            layer.compile()
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(0, model.config.vocab_size, (1, args.seq), generator=gen).cuda()
     n = len(demo.decoder_layers(model))
@@ -201,7 +204,8 @@ def run_model(name, args, out):
     p0, t0 = reference["peak"], reference["time"]
     head = (f"# {name}: hidden {args.hidden}, {n} layers, {args.seq} tokens, vocab "
             f"{model.config.vocab_size}, bf16, gradients "
-            f"{'set to None' if args.set_to_none else 'zeroed in place'}, "
+            f"{'set to None' if args.set_to_none else 'zeroed in place'}"
+            f"{', each layer compiled' if args.compile else ''}, "
             f"{torch.cuda.get_device_name()}, torch {torch.__version__}; no offload "
             f"{p0 / 2**20:.0f} MiB, {t0 * 1e3:.1f} ms (spread {reference['spread']:.3f}; "
             f"again x{again['time'] / t0:.3f}, {identical(reference, again)})")
@@ -298,6 +302,9 @@ def main(argv=None):
     parser.add_argument("--set-to-none", action="store_true",
                         help="free the gradients before each step (zero_grad()'s default) "
                         "instead of zeroing them in place")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile each decoder layer (layer.compile()); checkpointing "
+                        "runs inside the compiled layers, the joint plan keeps or offloads them")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)

@@ -111,3 +111,39 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
     units = [joint.profile["units"][place] for place in joint._index]
     assert all(u["selective_bytes"] < 0.6 * u["saved_bytes"] for u in units), units
     assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes)
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="needs torch >= 2.2")
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_budget_holds_with_each_decoder_layer_compiled(attention):
+    # Issue 30: "eager and with each decoder block compiled". A compiled
+    # layer is kept or offloaded, never recomputed (recompute.compiled):
+    # the plan offloads, the peak holds after the warm-up, and loss and
+    # gradients equal the same compiled model's without offloading.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(hidden_size=512, intermediate_size=512 * 11 // 4,
+                            num_hidden_layers=6, num_attention_heads=4,
+                            num_key_value_heads=4, vocab_size=1000)
+    model = tf.AutoModelForCausalLM.from_config(
+        config, attn_implementation=attention).cuda().train()
+    model.config.use_cache = False
+    for layer in model.model.layers:
+        layer.compile()
+    ids = torch.randint(0, 1000, (2, 1024), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    loss, grads, peak = step(model, ids)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.7)
+    steps = 0
+    while ctx.joint_budget.measuring or steps < 3:
+        steps = steps + 1 if not ctx.joint_budget.measuring else 0
+        got_loss, got_grads, got_peak = step(model, ids, ctx)
+        assert torch.equal(loss, got_loss)
+        assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+    joint = ctx.joint_budget
+    choices = joint.unit_choices(joint.plan)
+    assert "offload" in choices and not {"recompute", "selective"} & set(choices), choices
+    assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes, peak,
+                                                   ctx.budget_plan())
+    assert got_peak < 0.9 * peak, (got_peak, peak)
