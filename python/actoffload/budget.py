@@ -144,6 +144,10 @@ class JointBudget:
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
         self._wrappers = {}   # unit index -> its recompute.Checkpointed forward
+        # A compiled unit recomputed: index -> its checkpointed_forward, and
+        # while the context's forward runs, index -> what `forward` was.
+        self._compiled_wrappers = {}
+        self._compiled_own = {}
         self._in_forward = False  # between the context's enter and exit
         self._recomputing = {}  # unit -> "recompute" or "selective", as planned
         self._record = None  # this iteration's measurements while measuring
@@ -342,7 +346,7 @@ class JointBudget:
         n = len(self.units)
         self.profile, self._index = budget_profile.make_profile(
             r, selective, self._clock,
-            recomputable=[not recompute.compiled(u) for u in self.units],
+            recomputable=[True] * n,
             selective=[self._selective_allowed(i) for i in range(n)],
             kinds=[budget_profile.unit_kind(u) for u in self.units])
         if self._budget_bytes is None:
@@ -389,7 +393,9 @@ class JointBudget:
         re-run must save what the forward saved, or that checkpoint refuses
         it (CheckpointError). Another budget's wrappers on the same units
         (an earlier OffloadActivations of the model) are taken off first:
-        only the budget in use decides how its units run."""
+        only the budget in use decides how its units run. A compiled unit
+        recomputed gets recompute.checkpointed_forward instead, for this
+        forward only (uninstall takes it off)."""
         for index, unit in enumerate(self.units):
             current = unit.__dict__.get("forward")
             if isinstance(current, recompute.Checkpointed) and current.budget is not self:
@@ -405,17 +411,31 @@ class JointBudget:
         else:
             choices = self.unit_choices(self.plan)
         for index, choice in enumerate(choices):
-            if choice in ("recompute", "selective"):
+            unit = self.units[index]
+            if choice == "recompute" and recompute.compiled(unit):
+                # Taken off at the context's exit: the compiled backward
+                # re-runs the checkpoint it traced, not this forward.
+                wrapper = self._compiled_wrappers.setdefault(
+                    index, recompute.checkpointed_forward(unit.forward))
+                self._compiled_own[index] = unit.__dict__.get("forward")
+                unit.forward = wrapper
+            elif choice in ("recompute", "selective"):
                 self._recomputing[index] = choice
-                unit = self.units[index]
                 if unit.__dict__.get("forward") is not self._wrappers.get(index, False):
                     self._wrappers[index] = recompute.Checkpointed(self, index, unit.forward)
                     unit.forward = self._wrappers[index]
 
     def uninstall(self):
         """At the context's exit: the units' wrappers run their own forwards
-        from now on, but for a re-run in the backward of this forward."""
+        from now on, but for a re-run in the backward of this forward;
+        compiled units their own forwards."""
         self._in_forward = False
+        for index, own in self._compiled_own.items():
+            if own is None:
+                del self.units[index].forward
+            else:
+                self.units[index].forward = own
+        self._compiled_own = {}
 
     def checkpoints(self, index):
         """How unit `index` runs in the context's forward now, as the plan

@@ -109,22 +109,53 @@ def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
     assert ctx.joint_budget.plan is not None
 
 
-def test_compiled_units_are_kept_or_offloaded_never_recomputed():
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
+def _compile_layers(model):
     for layer in model.layers:
         if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
             layer.compile(backend="eager")
         else:  # what compile() leaves on a module, which torch 1.13 ignores
             layer._compiled_call_impl = layer.forward
+
+
+def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypatch):
+    # Offload allowed: a plan of compiled units, bit-identical.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    _compile_layers(model)
     ctx, _ = make(model, 0.6)
     for _ in range(6):
         assert_identical(reference, seeded_step(model, x, ctx))
+    assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    # Recompute only: compiled units are recomputed whole (never
+    # selectively), their forward a plain checkpoint around their own for
+    # the context's forward only, so that a compiled module traces it.
+    model = Decoder()
+    reference = seeded_step(model, x)
+    _compile_layers(model)
+    ctx, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(6):
+        assert_identical(reference, seeded_step(model, x, ctx))
     joint = ctx.joint_budget
-    assert not any(u.get("recomputable") for u in joint.profile["units"])
-    assert "offload" in joint.unit_choices(joint.plan)
-    assert all("recompute" not in t[2]["choice"] for t in joint._all_trials)
+    choices = joint.unit_choices(joint.plan)
+    assert "recompute" in choices and "selective" not in choices, choices
+    assert all("selective" not in t[2]["choice"] for t in joint._all_trials)
+    calls = []
+    checkpoint = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint",
+                        lambda *a, **k: calls.append(k) or checkpoint(*a, **k))
+    with ctx:
+        for index, layer in enumerate(model.layers):
+            wrapper = joint._compiled_wrappers.get(index)
+            wrapped = wrapper is not None and layer.__dict__.get("forward") is wrapper
+            assert wrapped == (choices[index] == "recompute"), (index, choices)
+        out = model(x)
+    assert all("forward" not in layer.__dict__ for layer in model.layers)
+    assert len(calls) == choices.count("recompute")
+    assert all(k == {"use_reentrant": False} for k in calls), calls
+    out.sum().backward()
+    model(x).sum().backward()  # outside the context: their own forwards
+    assert len(calls) == choices.count("recompute")
 
 
 def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():

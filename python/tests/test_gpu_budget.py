@@ -114,12 +114,15 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
 
 
 @pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="needs torch >= 2.2")
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_budget_holds_with_each_decoder_layer_compiled(attention):
+@pytest.mark.parametrize("attention,allow_offload,fraction", [
+    ("eager", True, 0.7), ("eager", False, 0.5), ("eager", True, 0.45), ("sdpa", True, 0.6)])
+def test_budget_holds_with_each_decoder_layer_compiled(attention, allow_offload, fraction):
     # Issue 30: "eager and with each decoder block compiled". A compiled
-    # layer is kept or offloaded, never recomputed (recompute.compiled):
-    # the plan offloads, the peak holds after the warm-up, and loss and
-    # gradients equal the same compiled model's without offloading.
+    # layer is kept, offloaded or recomputed whole, the checkpoint inside
+    # its compiled forward (recompute.checkpointed_forward): the peak holds
+    # after the warm-up, and loss and gradients equal the same compiled
+    # model's without offloading (bit for bit with eager attention; SDPA's
+    # memory-efficient backward is not deterministic: within its spread).
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(0)
     config = tf.LlamaConfig(hidden_size=512, intermediate_size=512 * 11 // 4,
@@ -134,16 +137,22 @@ def test_budget_holds_with_each_decoder_layer_compiled(attention):
                         generator=torch.Generator("cuda").manual_seed(0))
     step(model, ids)
     loss, grads, peak = step(model, ids)
-    ctx = actoffload.OffloadActivations(model, budget_fraction=0.7)
+    _, again, _ = step(model, ids)
+    spread = max((a - b).abs().max().item() for a, b in zip(grads, again))
+    ctx = actoffload.OffloadActivations(model, budget_fraction=fraction,
+                                        allow_offload=allow_offload)
     steps = 0
     while ctx.joint_budget.measuring or steps < 3:
         steps = steps + 1 if not ctx.joint_budget.measuring else 0
         got_loss, got_grads, got_peak = step(model, ids, ctx)
         assert torch.equal(loss, got_loss)
-        assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+        diff = max((a - b).abs().max().item() for a, b in zip(grads, got_grads))
+        assert diff <= 4 * spread, (diff, spread, ctx.joint_budget.unit_choices(
+            ctx.joint_budget.plan))
     joint = ctx.joint_budget
     choices = joint.unit_choices(joint.plan)
-    assert "offload" in choices and not {"recompute", "selective"} & set(choices), choices
+    assert "selective" not in choices, choices
+    assert ("offload" in choices) if allow_offload else ("recompute" in choices), choices
     assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes, peak,
                                                    ctx.budget_plan())
     assert got_peak < 0.9 * peak, (got_peak, peak)
