@@ -79,6 +79,10 @@ _MARGIN = 0.01
 # fastest trial that fits, by more than this share is not run
 # (JointRaceOptions::prune).
 PRUNE = 0.15
+# After the warm-up, a plan that offloads nothing runs without the engine:
+# no saved-tensor hooks (each saved tensor would cross into the engine and
+# back for nothing), no unit hooks; only its recomputed units' wrappers.
+LEAN = True
 
 
 def find_units(layers, granularity):
@@ -250,6 +254,12 @@ class JointBudget:
             # end to the units' backward), and each unit's backward.
             "top": 0, "forward_peak": [0] * n, "head_peak": 0,
             "bwd_allocated": [None] * n, "backward_peak": [0] * n, "last_bwd": None}
+
+    def lean(self):
+        """After begin_forward: whether this forward needs nothing of the
+        engine (LEAN): not measured, and the plan offloads no unit."""
+        return (LEAN and self.plan is not None and self._record is None
+                and "offload" not in self.plan["choice"])
 
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the

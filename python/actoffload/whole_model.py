@@ -157,6 +157,7 @@ class OffloadActivations:
         self._hooks = None
         self._active = False
         self._passthrough = False
+        self._lean = False  # this forward runs without the engine (JointBudget.lean)
         self._refs = {}  # layer index -> (ref, engine layer) while it runs
         self._whole_ref = None
 
@@ -203,6 +204,12 @@ class OffloadActivations:
             except BaseException:
                 self._active = False
                 raise
+        if self._joint is not None and self._joint.lean():
+            # A settled plan that offloads nothing: only its recomputed
+            # units' wrappers; the engine and its hooks sit this one out.
+            self._lean = True
+            self._joint.install()
+            return self
         if self._modules:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -234,6 +241,10 @@ class OffloadActivations:
         self._active = False
         if self._passthrough:
             self._passthrough = False
+            return False
+        if self._lean:
+            self._lean = False
+            self._joint.uninstall()
             return False
         for handle in self._handles:
             handle.remove()

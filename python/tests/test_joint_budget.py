@@ -273,6 +273,46 @@ def test_units_of_one_structure_share_their_median_times():
     assert len({u["recompute_ns"] for u in units}) == 1, units
 
 
+class _Watched:
+    """The engine's loop, each attribute read recorded."""
+
+    def __init__(self, loop, reads):
+        self._loop, self._reads = loop, reads
+
+    def __getattr__(self, name):
+        self._reads.append(name)
+        return getattr(self._loop, name)
+
+
+@pytest.mark.parametrize("lean", [True, False])
+def test_a_settled_plan_that_offloads_nothing_runs_without_the_engine(monkeypatch, lean):
+    monkeypatch.setattr(budget, "LEAN", lean)
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.6, allow_offload=False)
+    while ctx.joint_budget.measuring:
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert "recompute" in ctx.joint_budget.plan["choice"]
+    reads = []
+    ctx.offloader = _Watched(ctx.offloader, reads)
+    for _ in range(2):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    # Only the check for a previous forward's pass left open (its backward
+    # never ran), which the engine ends.
+    assert (set(reads) <= {"pass_open"}) == lean, reads
+    # A plan that offloads runs through the engine, settled or not.
+    model = Decoder()
+    ctx, _ = make(model, 0.7, allow_recompute=False)
+    while ctx.joint_budget.measuring:
+        seeded_step(model, x, ctx)
+    assert "offload" in ctx.joint_budget.plan["choice"]
+    reads = []
+    ctx.offloader = _Watched(ctx.offloader, reads)
+    seeded_step(model, x, ctx)
+    assert "forward_step" in reads
+
+
 def test_budget_fraction_needs_a_probe_and_a_valid_fraction():
     model = Decoder()
     with pytest.raises(ValueError, match="probe"):
