@@ -147,13 +147,7 @@ class JointBudget:
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
-        self._wrappers = {}   # unit index -> its recompute.Checkpointed forward
-        # A compiled unit recomputed: index -> its checkpointed_forward, and
-        # while the context's forward runs, index -> what `forward` was.
-        self._compiled_wrappers = {}
-        self._compiled_own = {}
-        self._in_forward = False  # between the context's enter and exit
-        self._recomputing = {}  # unit -> "recompute" or "selective", as planned
+        self._forwards = recompute.UnitForwards(self, units)  # how the units run
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (all, then selective)
         self._clock = None
@@ -392,65 +386,30 @@ class JointBudget:
         """The plan's choice for each unit (glue and the head left out)."""
         return [plan["choice"][place] for place in self._index]
 
-    # --- recompute -------------------------------------------------------------
+    # --- recompute (recompute.UnitForwards) ------------------------------------
     def install(self):
-        """At the context's enter: the recomputed units run under
-        checkpoint. A unit's wrapper, once made, stays its `forward` (the
-        same object each time, so that a compiled module sees one forward):
-        outside the context's forward it runs the unit's own forward, except
-        in a backward, where someone else's checkpoint around the unit (Hugging
-        Face's gradient checkpointing) re-runs what the forward ran; a
-        re-run must save what the forward saved, or that checkpoint refuses
-        it (CheckpointError). Another budget's wrappers on the same units
-        (an earlier OffloadActivations of the model) are taken off first:
-        only the budget in use decides how its units run. A compiled unit
-        recomputed gets recompute.checkpointed_forward instead, for this
-        forward only (uninstall takes it off)."""
-        for index, unit in enumerate(self.units):
-            current = unit.__dict__.get("forward")
-            if isinstance(current, recompute.Checkpointed) and current.budget is not self:
-                recompute.restore_forward(unit)
-                self._wrappers.pop(index, None)
+        """At the context's enter: the units this forward recomputes run
+        under checkpoint (recompute.UnitForwards.install), other budgets'
+        wrappers on the same units taken off first (only the budget in use
+        decides how its units run)."""
+        self._forwards.take_others_off()
         if self.plan is None and not self._profiling_selective():
             return
-        self._in_forward = True
-        self._recomputing = {}
         if self.plan is None:  # the selective profile iteration
             choices = ["selective" if self._selective_allowed(i) else "keep"
                        for i in range(len(self.units))]
         else:
             choices = self.unit_choices(self.plan)
-        for index, choice in enumerate(choices):
-            unit = self.units[index]
-            if choice == "recompute" and recompute.compiled(unit):
-                # Taken off at the context's exit: the compiled backward
-                # re-runs the checkpoint it traced, not this forward.
-                wrapper = self._compiled_wrappers.setdefault(
-                    index, recompute.checkpointed_forward(unit.forward))
-                self._compiled_own[index] = unit.__dict__.get("forward")
-                unit.forward = wrapper
-            elif choice in ("recompute", "selective"):
-                self._recomputing[index] = choice
-                if unit.__dict__.get("forward") is not self._wrappers.get(index, False):
-                    self._wrappers[index] = recompute.Checkpointed(self, index, unit.forward)
-                    unit.forward = self._wrappers[index]
+        self._forwards.install(choices)
 
     def uninstall(self):
-        """At the context's exit: the units' wrappers run their own forwards
-        from now on, but for a re-run in the backward of this forward;
-        compiled units their own forwards."""
-        self._in_forward = False
-        for index, own in self._compiled_own.items():
-            if own is None:
-                del self.units[index].forward
-            else:
-                self.units[index].forward = own
-        self._compiled_own = {}
+        """At the context's exit (recompute.UnitForwards.uninstall)."""
+        self._forwards.uninstall()
 
     def checkpoints(self, index):
         """How unit `index` runs in the context's forward now, as the plan
         says: "recompute", "selective" (under checkpoint) or None."""
-        return self._recomputing.get(index) if self._in_forward else None
+        return self._forwards.checkpoints(index)
 
     def predicted_step(self, plan):
         """The model's step for the plan's choice, in ns, with the copy

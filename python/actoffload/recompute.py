@@ -154,3 +154,68 @@ class Checkpointed:
             kwargs = dict(kwargs, context_fn=_selective_contexts)
         return torch.utils.checkpoint.checkpoint(
             self.forward, *args, use_reentrant=False, **kwargs)
+
+
+class UnitForwards:
+    """How a budget's units run in its context's forward (budget.py's
+    JointBudget.install and uninstall). A recomputed unit's wrapper
+    (Checkpointed), once made, stays its `forward` (the same object each
+    time): outside the context's forward it runs the unit's own forward,
+    except in a backward, where someone else's checkpoint around the unit
+    (Hugging Face's gradient checkpointing) re-runs what the forward ran; a
+    re-run must save what the forward saved, or that checkpoint refuses it
+    (CheckpointError). A compiled unit recomputed gets checkpointed_forward
+    instead, for the context's forward only."""
+
+    def __init__(self, budget, units):
+        self.budget, self.units = budget, units
+        self.wrappers = {}           # unit index -> its Checkpointed forward
+        self.compiled_wrappers = {}  # unit index -> its checkpointed_forward
+        self._compiled_own = {}  # in the forward: index -> what `forward` was
+        self._choices = {}       # in the forward: index -> "recompute" or "selective"
+        self._in_forward = False
+
+    def take_others_off(self):
+        """Takes another budget's wrappers (an earlier OffloadActivations
+        of the model) off the units."""
+        for index, unit in enumerate(self.units):
+            current = unit.__dict__.get("forward")
+            if isinstance(current, Checkpointed) and current.budget is not self.budget:
+                restore_forward(unit)
+                self.wrappers.pop(index, None)
+
+    def install(self, choices):
+        """The context's forward begins: unit i runs as choices[i] says
+        ("keep", "offload", "recompute" or "selective")."""
+        self._in_forward = True
+        self._choices = {}
+        for index, choice in enumerate(choices):
+            unit = self.units[index]
+            if choice == "recompute" and compiled(unit):
+                # Taken off at the context's exit: the compiled backward
+                # re-runs the checkpoint it traced, not this forward.
+                wrapper = self.compiled_wrappers.setdefault(
+                    index, checkpointed_forward(unit.forward))
+                self._compiled_own[index] = unit.__dict__.get("forward")
+                unit.forward = wrapper
+            elif choice in ("recompute", "selective"):
+                self._choices[index] = choice
+                if unit.__dict__.get("forward") is not self.wrappers.get(index, False):
+                    self.wrappers[index] = Checkpointed(self.budget, index, unit.forward)
+                    unit.forward = self.wrappers[index]
+
+    def uninstall(self):
+        """The context's forward ended: the wrappers run their units' own
+        forwards from now on, but for a re-run in the backward of this
+        forward; compiled units get their own forwards back."""
+        self._in_forward = False
+        for index, own in self._compiled_own.items():
+            if own is None:
+                del self.units[index].forward
+            else:
+                self.units[index].forward = own
+        self._compiled_own = {}
+
+    def checkpoints(self, index):
+        """"recompute", "selective" or None: how unit `index` runs now."""
+        return self._choices.get(index) if self._in_forward else None

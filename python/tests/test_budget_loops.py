@@ -146,7 +146,7 @@ def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypa
                         lambda *a, **k: calls.append(k) or checkpoint(*a, **k))
     with ctx:
         for index, layer in enumerate(model.layers):
-            wrapper = joint._compiled_wrappers.get(index)
+            wrapper = joint._forwards.compiled_wrappers.get(index)
             wrapped = wrapper is not None and layer.__dict__.get("forward") is wrapper
             assert wrapped == (choices[index] == "recompute"), (index, choices)
         out = model(x)
