@@ -229,6 +229,16 @@ int64_t JointRace::Lowered(int64_t peak) const {
          static_cast<int64_t>(budget_ * options_.margin);
 }
 
+std::optional<RacePlan> JointRace::LastResort() {
+  if (last_resort_tried_ || !allow_recompute_) return std::nullopt;
+  last_resort_tried_ = true;
+  StatusOr<int64_t> least = SmallestJointBudget(Problem(1, false, true));
+  if (!least.ok()) return std::nullopt;
+  std::optional<JointPlan> plan = PlanFor(*least, false, true);
+  if (!plan.has_value() || ChoiceIn(*plan, all_trials_)) return std::nullopt;
+  return Made(*std::move(plan), *least);
+}
+
 int64_t JointRace::SmallestUnits() {
   if (!smallest_.has_value()) {
     StatusOr<int64_t> least =
@@ -387,6 +397,12 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   // plan of the units fits that, the plan measured lowest is kept.
   const int64_t lowered = Lowered(Lowest(trials_).peak_bytes);
   if (lowered < SmallestUnits()) {
+    if (std::optional<RacePlan> last = LastResort()) {
+      candidates_.clear();
+      Apply(*last);
+      out.applied = true;
+      return out;
+    }
     const RaceTrial& lowest = Lowest(all_trials_);
     out.warning = "actoffload: no plan keeps the budget of " +
                   std::to_string(budget_) +

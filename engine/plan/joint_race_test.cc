@@ -168,7 +168,8 @@ TEST(JointRaceTest, AFasterTrialOverTheBudgetByTooLittleIsNotRacedAgain) {
 }
 
 // Far over whatever the plan: the units' budget cannot go below the
-// smallest (300), so the plan measured lowest is kept, with a warning.
+// smallest (300). The recompute-only plan for its smallest budget runs
+// last, over too, so the plan measured lowest is kept, with a warning.
 TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
   JointRace race = FourUnits(1.0, 700);
   ASSERT_OK(race.Start());
@@ -179,6 +180,11 @@ TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
     ran.push_back(Choices(race.plan()));
     last = RunCandidate(race, 1000, k == 1 ? 9000 : 9500);
   }
+  EXPECT_TRUE(last.applied);
+  EXPECT_THAT(last.warning, IsEmpty());
+  EXPECT_FALSE(race.settled());
+  EXPECT_EQ(Choices(race.plan()), "RRRK");  // the last resort
+  last = RunCandidate(race, 1000, 9500);
   EXPECT_EQ(last.warning,
             "actoffload: no plan keeps the budget of 700 bytes as measured; "
             "keeping the one measured lowest (9000 bytes)");
@@ -186,8 +192,39 @@ TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
   EXPECT_EQ(Choices(race.plan()), ran[1]);
   EXPECT_TRUE(race.settled());
   EXPECT_EQ(race.checks_left(), 0);
-  EXPECT_FALSE(race.Measuring(plans * 3 + 2));
+  EXPECT_FALSE(race.Measuring((plans + 1) * 3 + 2));
   EXPECT_EQ(race.units_budget(), 700);
+}
+
+// The same, but the last resort measures within the budget: it is kept and
+// checked, without a warning. Without recompute there is no last resort.
+TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheRecomputeOnlySmallestIsTriedLast) {
+  JointRace race = FourUnits(1.0, 700);
+  ASSERT_OK(race.Start());
+  const int plans = 1 + race.candidates().size();
+  for (int k = 0; k < plans; ++k) RunCandidate(race, 1000, 9000 + k);
+  ASSERT_EQ(Choices(race.plan()), "RRRK");
+  const RaceStep last = RunCandidate(race, 1400, 650);
+  EXPECT_TRUE(last.applied);
+  EXPECT_THAT(last.warning, IsEmpty());
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(race.checks_left(), 4);
+  EXPECT_EQ(Choices(race.plan()), "RRRK");
+
+  JointRaceOptions options;
+  options.margin = 0;
+  options.fit_excess = false;
+  options.prune = kNoPrune;
+  JointRace offload_only(Stack(4, 1.0, 1).units, 1.0, 1.0, 700, 0,
+                         /*allow_offload=*/true, /*allow_recompute=*/false,
+                         {0, 1, 2, 3}, options);
+  ASSERT_OK(offload_only.Start());
+  RaceStep end;
+  for (int k = 0; k < 1 + static_cast<int>(offload_only.candidates().size()); ++k) {
+    end = RunCandidate(offload_only, 1000, 9000);
+  }
+  EXPECT_THAT(end.warning, HasSubstr("keeping the one measured lowest"));
+  EXPECT_TRUE(offload_only.settled());
 }
 
 // A kept plan whose check reads 50 bytes over: 900 - 50 = 850, planned
