@@ -257,27 +257,20 @@ RacePlan JointRace::Made(JointPlan plan, int64_t budget) const {
   return {std::move(plan), budget, recompute_excess_, selective_excess_};
 }
 
-double JointRace::PredictedStep(const RacePlan& p) const {
+JointPlan JointRace::Predicted(const RacePlan& p) const {
   StatusOr<JointPlan> again =
       EvaluateJoint(Problem(p.budget, allow_offload_, allow_recompute_),
                     p.plan.choice);
-  return again.ok() ? again->step_ns : p.plan.step_ns;
+  return again.ok() ? *std::move(again) : p.plan;
 }
 
 void JointRace::PruneCandidates() {
   const RaceTrial* best = FastestFitting(trials_, budget_);
   if (best == nullptr) return;
   const double slowest = best->step_ns * (1 + options_.prune);
-  while (!candidates_.empty() && PredictedStep(candidates_.front()) > slowest) {
+  while (!candidates_.empty() && Predicted(candidates_.front()).step_ns > slowest) {
     candidates_.erase(candidates_.begin());
   }
-}
-
-int64_t JointRace::PredictedPeak(const RacePlan& p) const {
-  StatusOr<JointPlan> again =
-      EvaluateJoint(Problem(p.budget, allow_offload_, allow_recompute_),
-                    p.plan.choice);
-  return again.ok() ? again->peak_bytes : p.plan.peak_bytes;
 }
 
 void JointRace::FitExcess() {
@@ -367,7 +360,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
         : nullptr;
     if (faster != nullptr) {
       const int64_t lowered =
-          std::min(units_budget_, PredictedPeak(faster->plan)) -
+          std::min(units_budget_, Predicted(faster->plan).peak_bytes) -
           (faster->peak_bytes - budget_) -
           static_cast<int64_t>(budget_ * options_.margin);
       if (lowered >= SmallestUnits()) {

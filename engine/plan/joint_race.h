@@ -211,15 +211,13 @@ class JointRace {
   void Apply(const RacePlan& plan);
   // A plan of the current units for `budget`, with their excesses.
   RacePlan Made(JointPlan plan, int64_t budget) const;
-  // `p`'s step as the current units and bandwidths predict it (its own
-  // where they do not fit its budget).
-  double PredictedStep(const RacePlan& p) const;
+
   // Drops the candidates at the front that the model predicts slower than
   // the fastest trial that fits by more than options_.prune.
   void PruneCandidates();
-  // `p`'s peak as the current units predict it (its own where they do not
-  // fit its budget).
-  int64_t PredictedPeak(const RacePlan& p) const;
+  // `p`'s plan as the current units and bandwidths predict it (its own
+  // where they do not fit its budget).
+  JointPlan Predicted(const RacePlan& p) const;
 
   const std::vector<UnitCost> profiled_;  // as the caller measured them
   std::vector<UnitCost> units_;           // with the excesses
