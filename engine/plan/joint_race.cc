@@ -401,6 +401,12 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
                   std::to_string(budget_) +
                   " bytes as measured; keeping the one measured lowest (" +
                   std::to_string(lowest.peak_bytes) + " bytes)";
+    if (!refusal_.empty()) {
+      // The budget is the smallest the model named after a refusal, not the
+      // user's: the smallest that fits is what was measured.
+      out.warning += ", the smallest that fits as measured";
+      budget_ = lowest.peak_bytes;
+    }
     Apply(lowest.plan);
     settled_ = true;
     checks_left_ = 0;

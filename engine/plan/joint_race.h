@@ -29,7 +29,9 @@
 //    lowered by the least excess and planned anew; where it cannot be
 //    lowered below the smallest, the recompute-only plan for its smallest
 //    budget runs once (LastResort) and is kept if it fits; else the plan
-//    measured lowest is kept (with a warning).
+//    measured lowest is kept (with a warning). After a refusal the budget
+//    is the model's smallest, not the caller's: there it becomes that
+//    plan's measured peak, the smallest that fits as measured.
 //  - A kept plan whose checked peak is over is lowered the same way and the
 //    race starts again. Once warmup_iterations are spent, a race still
 //    running keeps the best plan measured (WarmUpEnded).

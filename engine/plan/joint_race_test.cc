@@ -493,6 +493,25 @@ TEST(JointRaceTest, CheckpointingWithoutTheMarginIsRacedWhereItNeedsAUnitLess) {
   EXPECT_EQ(Choices(race.plan()), "RKKK");
 }
 
+// Refused (the smallest is planned instead), and every plan then measures
+// over that smallest: the budget becomes the lowest measured peak, the
+// smallest that fits as measured, and the warning says so.
+TEST(JointRaceTest, AfterARefusalTheSmallestBecomesTheLowestMeasured) {
+  JointRace race = FourUnits(1.0, 50);
+  ASSERT_OK(race.Start());
+  ASSERT_THAT(race.refusal(), HasSubstr("the smallest that fits is"));
+  const int64_t smallest = race.budget();
+  RaceStep last;
+  for (int k = 0; k < 12 && !race.settled(); ++k) {
+    last = RunCandidate(race, 1000, smallest + 100 + k);
+  }
+  ASSERT_TRUE(race.settled());
+  EXPECT_THAT(last.warning, HasSubstr("the smallest that fits as measured"));
+  EXPECT_EQ(race.budget(), smallest + 100);
+  EXPECT_EQ(race.all_trials().front().peak_bytes, smallest + 100);
+  EXPECT_EQ(Choices(race.plan()), Choices(race.all_trials().front().plan.plan));
+}
+
 TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {
   JointRace race(Stack(2, 1.0, 1).units, 1.0, 1.0, 600, 0, true, true, {0, 2});
   EXPECT_THAT(race.Start(),
