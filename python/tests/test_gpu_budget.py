@@ -66,17 +66,22 @@ def test_budget_holds_and_steps_stay_bit_identical(granularity, fraction):
     assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 30: refused once as it should, but on this small model the smallest the "
-    "model names is below what the step measures (243 vs 306 MB on an H100, "
-    "2026-11-26, after the transients were measured)"))
 def test_a_budget_too_small_is_refused_once():
+    # Refused once, at the forward after the profile iterations (two where
+    # the torch version has selective checkpoint), naming the smallest that
+    # fits; then planned for it. Where the model's smallest does not fit as
+    # measured (this small model: 243 MB named, 306 MB measured on an H100,
+    # 2026-11-26), the budget becomes the lowest measured peak (JointRace).
     model = build()
     ids = torch.randint(0, 1000, (2, 1024), device="cuda")
     ctx = actoffload.OffloadActivations(model, budget_bytes=1 << 20)
-    step(model, ids, ctx)
-    with pytest.raises(ValueError, match="smallest that fits is"):
-        step(model, ids, ctx)
+    refusals = []
+    for _ in range(4):
+        try:
+            step(model, ids, ctx)
+        except ValueError as refused:
+            refusals.append(str(refused))
+    assert len(refusals) == 1 and "smallest that fits is" in refusals[0], refusals
     while ctx.joint_budget.measuring:
         step(model, ids, ctx)
     _, _, peak = step(model, ids, ctx)
