@@ -74,10 +74,13 @@ def make_profile(r, selective_record, clock, recomputable, selective, kinds=None
 
 def unit_kind(unit):
     """What makes two units the same work: their class and their
-    parameters' names, shapes and dtypes (the decoder layers of one model
-    are one kind; its attention and MLP blocks two)."""
+    parameters' names, shapes, dtypes and whether they take gradients (the
+    decoder layers of one model are one kind, its attention and MLP blocks
+    two; a frozen layer, whose backward computes no weight gradients, is
+    another)."""
     return (type(unit).__qualname__,
-            tuple((name, tuple(p.shape), p.dtype) for name, p in unit.named_parameters()))
+            tuple((name, tuple(p.shape), p.dtype, p.requires_grad)
+                  for name, p in unit.named_parameters()))
 
 
 def share_times(fwd, bwd, kinds):

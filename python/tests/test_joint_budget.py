@@ -264,6 +264,9 @@ def test_units_of_one_structure_share_their_median_times():
     # timed differently) are planned with one forward and one backward time.
     model = Decoder()
     assert len({budget_profile.unit_kind(layer) for layer in model.layers}) == 1
+    model.layers[0].requires_grad_(False)  # frozen: its backward is other work
+    assert len({budget_profile.unit_kind(layer) for layer in model.layers}) == 2
+    model.layers[0].requires_grad_(True)
     ctx, _ = make(model, 0.6)
     profile(model, torch.randn(2, 32, 64), ctx)
     joint = ctx.joint_budget
