@@ -190,7 +190,7 @@ def run_model(name, args, out):
     model = demo.build_model(kind, args.hidden, args.layers, attn, args.seed,
                              vocab=args.vocab, ffn=args.ffn)
     model.bench_set_to_none = args.set_to_none
-    if args.compile:  # each decoder layer: the joint plan keeps or offloads them
+    if args.compile:  # each decoder layer (recomputed inside them: recompute.checkpointed_forward)
         for layer in demo.decoder_layers(model):
             layer.compile()
     gen = torch.Generator().manual_seed(args.seed)
@@ -304,7 +304,7 @@ def main(argv=None):
                         "instead of zeroing them in place")
     parser.add_argument("--compile", action="store_true",
                         help="compile each decoder layer (layer.compile()); checkpointing "
-                        "runs inside the compiled layers, the joint plan keeps or offloads them")
+                        "and the joint plan's re-runs run inside the compiled layers")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)
