@@ -2,7 +2,8 @@
 the CPU and the simulated GPU with a scripted probe: an exception in the
 profile forward, retain_graph with a frozen layer, a skipped unit, compiled
 units, an outer checkpoint around the units (Hugging Face's gradient
-checkpointing), and a second budget on the same model."""
+checkpointing), a second budget on the same model, and the lean steady
+state (a settled plan that offloads nothing) under those patterns."""
 
 import pytest
 import torch
@@ -203,3 +204,62 @@ def test_a_layer_budget_after_a_block_budget_reruns_blocks_as_they_ran():
     for _ in range(4):
         assert_identical(reference, seeded_step(model, x, layers))
     assert "recompute" in layers.joint_budget.unit_choices(layers.joint_budget.plan)
+
+
+def test_the_lean_steady_state_under_training_loop_patterns():
+    # A settled plan that offloads nothing runs without the engine
+    # (JointBudget.lean): retain_graph twice with a frozen first layer, an
+    # exception mid-forward, a forward whose backward never runs, and an
+    # eval forward without grad, each as without the context.
+    def loop(ctx):
+        model = Decoder()
+        model.layers[0].requires_grad_(False)
+        x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
+        results, lean = [], []
+
+        def forward():
+            torch.manual_seed(7)
+            if ctx is None:
+                return model(x)
+            with ctx(model) as entered:
+                lean.append(entered._lean)
+                return model(x)
+
+        for step in range(14):
+            for p in model.parameters():
+                p.grad = None
+            if step == 10:  # an exception mid-forward, caught by the loop
+                original = model.layers[2].forward
+                model.layers[2].forward = lambda *a, **k: (_ for _ in ()).throw(
+                    RuntimeError("bad batch"))
+                with pytest.raises(RuntimeError, match="bad batch"):
+                    forward()
+                model.layers[2].forward = original
+            if step == 11:
+                forward()  # its backward never runs (a skipped batch)
+            if step == 12:
+                with torch.no_grad():
+                    results.append([model(x)])
+            loss = (forward().float() ** 2).mean()
+            loss.backward(retain_graph=True)
+            loss.backward()
+            results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        return results, lean
+
+    torch.manual_seed(3)
+    reference, _ = loop(None)
+    made = {}
+
+    def ctx(model):
+        if "ctx" not in made:
+            made["ctx"] = make(model, 0.5, allow_offload=False)[0]
+        return made["ctx"]
+    torch.manual_seed(3)
+    got, lean = loop(ctx)
+    for a, b in zip(reference, got):
+        assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+    joint = made["ctx"].joint_budget
+    assert "recompute" in joint.plan["choice"] and not joint.measuring
+    # Every forward from step 10 on (the exception's, the skipped batch's,
+    # the rest) ran lean: the race had settled by then.
+    assert all(lean[10:]), lean
