@@ -39,17 +39,17 @@ before the forward. Its life:
      offload-only plans and checkpointing's own choice for the same budget
      (those the model predicts more than PRUNE slower left out) each run
      RUNS_PER_CANDIDATE times (the first allocates pinned buffers and does
-     not count); the
-     fastest whose peak fits is kept, and its peak is checked in the next
-     CHECKED_ITERATIONS. Where none fits, the
-     units' share is lowered by the least excess and planned anew (and
+     not count); the fastest whose peak fits is kept, and its peak is
+     checked in the next CHECKED_ITERATIONS. Where none fits, the units'
+     share is lowered by the least excess and planned anew (and
      where it cannot be, recompute-only for its smallest budget is tried
      last); where a faster plan measured over, plans like it are made for
      its predicted peak less its excess and raced against those that fit.
+     The race is the engine's (_C.JointRace, engine/plan/joint_race.h):
+     this module reports each measured step and peak and applies the plan
+     it says.
   5. Steady state: a plan that offloads nothing runs without the engine
-     (LEAN). The
-     race is the engine's (_C.JointRace, engine/plan/joint_race.h): this module
-     reports each measured step and peak and applies the plan it says.
+     (LEAN).
 This module is glue: it measures and applies; the engine plans.
 """
 
