@@ -353,7 +353,6 @@ class JointBudget:
         n = len(self.units)
         self.profile, self._index = budget_profile.make_profile(
             r, selective, self._clock,
-            recomputable=[True] * n,
             selective=[self._selective_allowed(i) for i in range(n)],
             kinds=[budget_profile.unit_kind(u) for u in self.units])
         if self._budget_bytes is None:

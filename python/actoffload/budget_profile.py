@@ -3,11 +3,12 @@ the units the engine's joint planner takes (engine/plan/joint_plan.h;
 engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place among them."""
 
 
-def make_profile(r, selective_record, clock, recomputable, selective, kinds=None):
+def make_profile(r, selective_record, clock, selective, kinds=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
     offloaded or recomputed), `selective_record` the second's (the units
-    with selective[i] recomputed selectively) or None; recomputable[i] and
-    selective[i] say which choices unit i may have; kinds[i] (optional)
+    with selective[i] recomputed selectively) or None; every unit may be
+    recomputed whole, and selective[i] says whether unit i may be
+    selectively too; kinds[i] (optional)
     names unit i's structure (unit_kind): units of one kind share their
     median times. profile["units"] are the plan's units (glue and the head
     among them), index[i] unit i's place there."""
@@ -51,7 +52,7 @@ def make_profile(r, selective_record, clock, recomputable, selective, kinds=None
         units.append({
             "saved_bytes": saved[i], "forward_ns": fwd[i],
             "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-            "recomputable": recomputable[i],
+            "recomputable": True,
             "input_bytes": min(r["input"][i], saved[i]),
             "recompute_ns": fwd[i], "recompute_bytes": saved[i],
             "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
