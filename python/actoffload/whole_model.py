@@ -14,7 +14,7 @@ What is offloaded and when:
     keep (SPEC §4.7): the first iteration runs on device and is recorded,
     later ones move each saved storage to host as early, and back as late,
     as the budget allows;
-  - layers given (a list of modules, or a model: its longest ModuleList),
+  - layers given (a list of modules, or a model: its layer stack, find_layers),
     as get_act_offloading_ctx_manager does with the model: the first k of n
     layers (default n - 1) are offloaded from the first iteration on, TE's
     default schedule; tensors saved outside the layers stay on device;
@@ -36,12 +36,20 @@ _KWARGS_HOOKS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 0
 
 
 def find_layers(model):
-    """The longest nn.ModuleList in `model`: a transformer's layer stack
-    (Llama's model.layers, GPT-2's transformer.h)."""
+    """The model's layer stack: its longest nn.ModuleList that is not inside
+    another ModuleList's modules (Llama's model.layers, GPT-2's
+    transformer.h; not a mixture-of-experts layer's own list of experts,
+    however many it has)."""
+    inner = set()
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList):
+            for child in module:
+                inner.update(id(m) for m in child.modules()
+                             if isinstance(m, torch.nn.ModuleList))
     best = None
     for module in model.modules():
-        if isinstance(module, torch.nn.ModuleList) and (
-                best is None or len(module) > len(best)):
+        if (isinstance(module, torch.nn.ModuleList) and id(module) not in inner
+                and (best is None or len(module) > len(best))):
             best = module
     if best is None or len(best) == 0:
         raise ValueError("actoffload: no nn.ModuleList of layers found in the "
@@ -59,7 +67,7 @@ class OffloadActivations:
     max_fwd_stash_size: torchtune's check (>= 1 with streams); the engine
       releases device memory when its schedule or budget says.
     min_offload_size: bytes (torchtune's 1024): smaller tensors stay.
-    layers: modules (the layer stack), a model (its longest ModuleList), or
+    layers: modules (the layer stack), a model (its stack: find_layers), or
       None (the whole forward is one unit under a byte budget).
     num_layers: offload the first k of the n layers (default n - 1).
     budget_bytes: keep the device bytes of offloadable saved tensors within
@@ -297,8 +305,8 @@ class NoOpManager(torch.autograd.graph.saved_tensors_hooks):
 def get_act_offloading_ctx_manager(model, enable_activation_offloading,
                                    use_streams=True):
     """torchtune's recipe helper: disabled, a null context; enabled, an
-    OffloadActivations over the model's layer stack (its longest
-    ModuleList; the whole forward if it has none) whose output head
+    OffloadActivations over the model's layer stack (find_layers; the
+    whole forward if it has none) whose output head
     (`model.output`, or a TiedLinear's `.linear`) runs under a NoOpManager,
     as torchtune's does."""
     if not enable_activation_offloading:

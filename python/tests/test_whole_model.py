@@ -27,6 +27,29 @@ def test_layers_found_from_the_model_k_of_n(k):
     assert ctx.session.hazards() == []
 
 
+class _Experts(torch.nn.Module):
+    """A mixture-of-experts layer: more experts than the model has layers."""
+
+    def __init__(self, hidden=64, experts=6):
+        super().__init__()
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(hidden, hidden)
+                                           for _ in range(experts))
+
+    def forward(self, x):
+        return x + sum(expert(x) for expert in self.experts[:2])
+
+
+def test_the_layer_stack_is_found_above_each_layers_own_lists():
+    # Qwen2-MoE has 60 experts a layer in 24 layers: the longest ModuleList
+    # is one layer's experts, and those are not the model's layers.
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64),
+                                torch.nn.ModuleList(_Experts() for _ in range(3)))
+    stack = model[1]
+    assert actoffload.find_layers(model) == list(stack)
+    ctx = actoffload.OffloadActivations(model, num_layers=1, backend="sim")
+    assert ctx._layers == list(stack)
+
+
 @pytest.mark.xfail(strict=False, reason=(
     "issue 30: the simulated peak is one 32 KiB tensor over the budget "
     "(917504 > 895658 B), inside layer 2's qkv backward between two pops: the "
