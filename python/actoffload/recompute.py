@@ -153,7 +153,36 @@ class Checkpointed:
         if self.checkpointed == "selective":
             kwargs = dict(kwargs, context_fn=_selective_contexts)
         return torch.utils.checkpoint.checkpoint(
-            self.forward, *args, use_reentrant=False, **kwargs)
+            _RerunWithoutCaches(self.forward), *args, use_reentrant=False, **kwargs)
+
+
+def _is_cache(value):
+    """A key/value cache as Hugging Face's Cache classes are used."""
+    return (callable(getattr(value, "update", None))
+            and callable(getattr(value, "get_seq_length", None)))
+
+
+class _RerunWithoutCaches:
+    """A checkpointed forward whose re-runs get None for any key/value
+    cache argument. A Hugging Face model left with use_cache=True (its
+    config's default) fills a fresh cache in each training forward; a
+    re-run in the backward would append the same keys and values again and
+    attend to both. Without the cache the re-run computes what the forward
+    did (its cache was empty before the forward's own update), and the
+    cache stays as the forward left it. (What Hugging Face's own gradient
+    checkpointing does instead: use_cache=False for the whole forward.)"""
+
+    __slots__ = ("forward", "ran")
+
+    def __init__(self, forward):
+        self.forward, self.ran = forward, False
+
+    def __call__(self, *args, **kwargs):
+        if self.ran:
+            args = tuple(None if _is_cache(a) else a for a in args)
+            kwargs = {k: None if _is_cache(v) else v for k, v in kwargs.items()}
+        self.ran = True
+        return self.forward(*args, **kwargs)
 
 
 class UnitForwards:

@@ -263,3 +263,72 @@ def test_the_lean_steady_state_under_training_loop_patterns():
     # Every forward from step 10 on (the exception's, the skipped batch's,
     # the rest) ran lean: the race had settled by then.
     assert all(lean[10:]), lean
+
+
+class _KeyValueCache:
+    """Hugging Face's Cache, as a layer uses it: update(keys, values, layer)
+    appends and returns every key and value the layer has seen. A model left
+    with use_cache=True (its config's default) makes a fresh one each
+    forward, in training too."""
+
+    def __init__(self):
+        self.layers = {}
+
+    def update(self, keys, values, index):
+        if index in self.layers:
+            keys = torch.cat([self.layers[index][0], keys], dim=-2)
+            values = torch.cat([self.layers[index][1], values], dim=-2)
+        self.layers[index] = (keys, values)
+        return keys, values
+
+    def get_seq_length(self, index=0):
+        return self.layers[index][0].shape[-2] if index in self.layers else 0
+
+
+class _CachingLayer(torch.nn.Module):
+    def __init__(self, index, hidden=64):
+        super().__init__()
+        self.index = index
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x, past_key_values=None):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.index)
+        scores = q @ k.transpose(-1, -2) / 8.0
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(
+            k.shape[-2] - q.shape[-2])
+        attn = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        return (x + self.out(attn @ v),)
+
+
+class _CachingDecoder(torch.nn.Module):
+    def __init__(self, layers=4, hidden=64):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_CachingLayer(i, hidden) for i in range(layers))
+        self.head = torch.nn.Linear(hidden, hidden)
+        self.caches = []
+
+    def forward(self, x):
+        cache = _KeyValueCache()
+        self.caches.append(cache)
+        for layer in self.layers:
+            x = layer(x, past_key_values=cache)[0]
+        return self.head(x)
+
+
+def test_a_model_that_fills_a_key_value_cache_in_training_reruns_without_it():
+    # A unit's re-run in the backward must not append its keys and values to
+    # the cache its forward filled (Hugging Face models with use_cache=True:
+    # the re-run attended to both, and its shapes differed from the
+    # forward's). The cache is left as the forward made it.
+    model = _CachingDecoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+        assert all(k.shape[-2] == 32 for k, _ in model.caches[-1].layers.values())
+    choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert "recompute" in choices or "selective" in choices, choices
