@@ -250,3 +250,54 @@ def mark_layer_end(loop, ref, layer, output):
     tensor = first_grad_tensor(output)
     if tensor is not None and layer >= 0:
         tensor.register_hook(_LayerEnd(loop, ref, layer))
+
+
+def saved_hooks_top():
+    """The innermost saved-tensor hooks now in force, (pack, unpack), or None;
+    NotImplemented where the torch version cannot say (< 2.8)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return NotImplemented if top is None else top(True)
+
+
+class UnitHooks:
+    """The engine's saved-tensor hooks, in force only inside the units a
+    plan offloads (a budget's plan, whole_model.py): everywhere else autograd
+    saves tensors as without the context, at no cost per tensor (about 3 us
+    each through the hooks; 1.3 ms of GPT-2's 15 ms forward on an H100).
+
+    `units`: the indices of the offloaded units. A unit's hooks are pushed
+    as its forward begins only where nobody pushed hooks since the context's
+    forward began (`outer`): under an outer checkpoint (Hugging Face's
+    gradient checkpointing) or a NoOpManager, theirs stay innermost and win,
+    as they do over hooks in force for the whole forward. REQUIRES: the torch
+    version can say which hooks are in force (saved_hooks_top)."""
+
+    def __init__(self, pack, unpack, units):
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+        self.units = frozenset(units)
+        self.outer = saved_hooks_top()
+        self.pushed = []  # units whose hooks are in force, innermost last
+
+    def _ours_on_top(self):
+        top = saved_hooks_top()
+        return top is not None and top[0] is self.hooks.pack_hook
+
+    def unit_begins(self, index):
+        if index not in self.units:
+            return
+        top = saved_hooks_top()
+        if top is None if self.outer is None else (top is not None and top[0] is self.outer[0]):
+            self.hooks.__enter__()
+            self.pushed.append(index)
+
+    def unit_ends(self, index):
+        if self.pushed and self.pushed[-1] == index and self._ours_on_top():
+            self.pushed.pop()
+            self.hooks.__exit__(None, None, None)
+
+    def close(self):
+        """At the context's exit: hooks a unit that raised left in force."""
+        while self.pushed and self._ours_on_top():
+            self.pushed.pop()
+            self.hooks.__exit__(None, None, None)
+        self.pushed = []

@@ -163,6 +163,7 @@ class OffloadActivations:
                 budget_bytes=budget_bytes, smallest_budget=smallest)
         self._handles = []
         self._hooks = None
+        self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
         self._active = False
         self._passthrough = False
         self._lean = False  # this forward runs without the engine (JointBudget.lean)
@@ -178,6 +179,8 @@ class OffloadActivations:
             self._refs[index] = (ref, layer)
             if self._joint is not None:
                 self._joint.unit_begins(index, args, kwargs or {})
+            if self._unit_hooks is not None:
+                self._unit_hooks.unit_begins(index)
             return None
         return _common.eagerly(hook) if self._joint is not None else hook
 
@@ -186,6 +189,8 @@ class OffloadActivations:
             running = self._refs.pop(index, None)
             if running is None:
                 return None
+            if self._unit_hooks is not None:
+                self._unit_hooks.unit_ends(index)
             self.offloader.end_layer()
             if self._joint is not None:
                 self._joint.unit_ends(index, output)
@@ -240,6 +245,14 @@ class OffloadActivations:
             if self._joint is not None:
                 self._joint.install()
         _common.emit_warnings(self.offloader)
+        if self._joint is not None and _common.saved_hooks_top() is not NotImplemented:
+            # A budget's plan: the engine sees only what its offloaded units save.
+            plan = self._joint.plan
+            offloaded = [] if plan is None else [
+                i for i, c in enumerate(self._joint.unit_choices(plan)) if c == "offload"]
+            self._unit_hooks = _common.UnitHooks(self.offloader.pack,
+                                                 self.offloader.unpack, offloaded)
+            return self
         self._hooks = torch.autograd.graph.saved_tensors_hooks(
             self.offloader.pack, self.offloader.unpack)
         self._hooks.__enter__()
@@ -260,6 +273,9 @@ class OffloadActivations:
         if self._joint is not None:
             self._joint.uninstall()
         self._refs.clear()
+        if self._unit_hooks is not None:
+            self._unit_hooks.close()
+            self._unit_hooks = None
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(exc_type, exc, tb)

@@ -2,12 +2,15 @@
 the CPU and the simulated GPU with a scripted probe: an exception in the
 profile forward, retain_graph with a frozen layer, a skipped unit, compiled
 units, an outer checkpoint around the units (Hugging Face's gradient
-checkpointing), a second budget on the same model, and the lean steady
-state (a settled plan that offloads nothing) under those patterns."""
+checkpointing), a second budget on the same model, the lean steady state
+(a settled plan that offloads nothing) under those patterns, a model that
+fills a key/value cache in training, and the engine's saved-tensor hooks
+in force only inside the units a plan offloads."""
 
 import pytest
 import torch
 
+from actoffload import _common
 from budget_testing import Decoder, make, seeded_step
 from models import assert_identical
 
@@ -332,3 +335,85 @@ def test_a_model_that_fills_a_key_value_cache_in_training_reruns_without_it():
         assert all(k.shape[-2] == 32 for k, _ in model.caches[-1].layers.values())
     choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert "recompute" in choices or "selective" in choices, choices
+
+
+needs_hook_stack = pytest.mark.skipif(
+    _common.saved_hooks_top() is NotImplemented,
+    reason="torch < 2.8 cannot say which saved-tensor hooks are in force: the "
+           "engine's hooks are in force for the whole forward there")
+
+
+def _watch_hooks(ctx, model):
+    """Per unit (and the head): whether the engine's saved-tensor hooks were
+    the innermost in force as its forward began, in the latest forward."""
+    seen = {}
+
+    def watcher(key):
+        def hook(module, args):
+            if torch.is_grad_enabled() and not _common.in_backward():
+                top = _common.saved_hooks_top()
+                seen[key] = top is not None and top[0] == ctx.offloader.pack
+        return hook
+    for index, layer in enumerate(model.layers):
+        layer.self_attn.register_forward_pre_hook(watcher(index))
+    model.head.register_forward_pre_hook(watcher("head"))
+    return seen
+
+
+@needs_hook_stack
+def test_the_engines_hooks_are_in_force_only_inside_the_offloaded_units():
+    # Elsewhere autograd saves as without the context, at no cost per tensor.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5)
+    seen = _watch_hooks(ctx, model)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+        assert _common.saved_hooks_top() is None
+    choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert "offload" in choices, choices
+    assert seen == dict({i: c == "offload" for i, c in enumerate(choices)}, head=False)
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+
+
+@needs_hook_stack
+def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, allow_recompute=False)
+    for _ in range(6):
+        seeded_step(model, x, ctx)
+    choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert choices[0] == "offload", choices
+    attn = model.layers[0].self_attn
+    attn.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    with pytest.raises(RuntimeError, match="bad batch"):
+        seeded_step(model, x, ctx)
+    del attn.forward
+    assert _common.saved_hooks_top() is None
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+
+
+@needs_hook_stack
+def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
+    # Hugging Face's gradient checkpointing around each layer: its hooks are
+    # pushed before the layer's forward begins; the engine's stay out.
+    class Checkpointed(Decoder):
+        def forward(self, x):
+            x = self.embed(x)
+            for layer in self.layers:
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
+            return self.head(x)
+    model = Checkpointed()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, allow_recompute=False)
+    seen = _watch_hooks(ctx, model)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert not any(seen.values()), seen
