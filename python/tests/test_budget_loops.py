@@ -213,8 +213,17 @@ def test_the_lean_steady_state_under_training_loop_patterns():
     # A settled plan that offloads nothing runs without the engine
     # (JointBudget.lean): retain_graph twice with a frozen first layer, an
     # exception mid-forward, a forward whose backward never runs, and an
-    # eval forward without grad, each as without the context.
-    def loop(ctx):
+    # eval forward without grad, each as without the context. The patterns
+    # begin once the race has settled (with the context) and after as many
+    # steps without it.
+    made = {}
+
+    def ctx(model):
+        if "ctx" not in made:
+            made["ctx"] = make(model, 0.5, allow_offload=False)[0]
+        return made["ctx"]
+
+    def loop(ctx, warm=None):
         model = Decoder()
         model.layers[0].requires_grad_(False)
         x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
@@ -228,44 +237,50 @@ def test_the_lean_steady_state_under_training_loop_patterns():
                 lean.append(entered._lean)
                 return model(x)
 
-        for step in range(14):
+        step = 0
+        while step < 60 and (step < warm if warm is not None else
+                             step == 0 or made["ctx"].joint_budget.measuring):
+            step += 1
             for p in model.parameters():
                 p.grad = None
-            if step == 10:  # an exception mid-forward, caught by the loop
+            loss = (forward().float() ** 2).mean()
+            loss.backward(retain_graph=True)
+            loss.backward()
+            results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        settled = step
+        for pattern in range(4):
+            for p in model.parameters():
+                p.grad = None
+            if pattern == 0:  # an exception mid-forward, caught by the loop
                 original = model.layers[2].forward
                 model.layers[2].forward = lambda *a, **k: (_ for _ in ()).throw(
                     RuntimeError("bad batch"))
                 with pytest.raises(RuntimeError, match="bad batch"):
                     forward()
                 model.layers[2].forward = original
-            if step == 11:
+            if pattern == 1:
                 forward()  # its backward never runs (a skipped batch)
-            if step == 12:
+            if pattern == 2:
                 with torch.no_grad():
                     results.append([model(x)])
             loss = (forward().float() ** 2).mean()
             loss.backward(retain_graph=True)
             loss.backward()
             results.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
-        return results, lean
+        return results, lean, settled
 
     torch.manual_seed(3)
-    reference, _ = loop(None)
-    made = {}
-
-    def ctx(model):
-        if "ctx" not in made:
-            made["ctx"] = make(model, 0.5, allow_offload=False)[0]
-        return made["ctx"]
+    got, lean, settled = loop(ctx)
     torch.manual_seed(3)
-    got, lean = loop(ctx)
+    reference, _, _ = loop(None, warm=settled)
+    assert len(reference) == len(got)
     for a, b in zip(reference, got):
         assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
     joint = made["ctx"].joint_budget
     assert "recompute" in joint.plan["choice"] and not joint.measuring
-    # Every forward from step 10 on (the exception's, the skipped batch's,
-    # the rest) ran lean: the race had settled by then.
-    assert all(lean[10:]), lean
+    # Every forward of the patterns (the exception's, the skipped batch's,
+    # the rest) ran lean.
+    assert len(lean) == settled + 6 and all(lean[settled:]), (settled, lean)
 
 
 class _KeyValueCache:
@@ -368,9 +383,13 @@ def test_the_engines_hooks_are_in_force_only_inside_the_offloaded_units():
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.5)
     seen = _watch_hooks(ctx, model)
-    for _ in range(8):
+    settled = 0
+    for _ in range(60):  # the warm-up, then two steps of the settled plan
         assert_identical(reference, seeded_step(model, x, ctx))
         assert _common.saved_hooks_top() is None
+        settled = settled + 1 if not ctx.joint_budget.measuring else 0
+        if settled == 3:
+            break
     choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert "offload" in choices, choices
     assert seen == dict({i: c == "offload" for i, c in enumerate(choices)}, head=False)
@@ -383,8 +402,10 @@ def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.5, allow_recompute=False)
-    for _ in range(6):
+    for _ in range(60):
         seeded_step(model, x, ctx)
+        if not ctx.joint_budget.measuring:
+            break
     choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert choices[0] == "offload", choices
     attn = model.layers[0].self_attn
