@@ -164,6 +164,7 @@ class OffloadActivations:
         self._handles = []
         self._hooks = None
         self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
+        self._unit_hook_fns = None  # each unit's (pre, post) module hooks
         self._active = False
         self._passthrough = False
         self._lean = False  # this forward runs without the engine (JointBudget.lean)
@@ -223,7 +224,13 @@ class OffloadActivations:
             self._lean = True
             self._joint.install()
             return self
-        if self._modules:
+        unit_hooks = (self._joint is not None
+                      and _common.saved_hooks_top() is not NotImplemented)
+        offloaded = []
+        if unit_hooks and self._joint.plan is not None:
+            offloaded = [i for i, c in enumerate(self._joint.unit_choices(self._joint.plan))
+                         if c == "offload"]
+        if self._modules and (offloaded or not unit_hooks):
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
             # The whole forward is one unit; its reference is held while it
@@ -234,22 +241,21 @@ class OffloadActivations:
                 self._active = False  # refused (SPEC §7.8): nothing entered
                 raise
         else:
-            for index, unit in enumerate(self._units):
+            if self._unit_hook_fns is None:  # made once: wrapping them is not free
+                self._unit_hook_fns = [(self._pre_hook(i), self._post_hook(i))
+                                       for i in range(len(self._units))]
+            for unit, (pre_fn, post_fn) in zip(self._units, self._unit_hook_fns):
                 if self._joint is not None and _KWARGS_HOOKS:
-                    pre = unit.register_forward_pre_hook(self._pre_hook(index),
-                                                         with_kwargs=True)
+                    pre = unit.register_forward_pre_hook(pre_fn, with_kwargs=True)
                 else:
-                    pre = unit.register_forward_pre_hook(self._pre_hook(index))
+                    pre = unit.register_forward_pre_hook(pre_fn)
                 self._handles.append(pre)
-                self._handles.append(unit.register_forward_hook(self._post_hook(index)))
+                self._handles.append(unit.register_forward_hook(post_fn))
             if self._joint is not None:
                 self._joint.install()
         _common.emit_warnings(self.offloader)
-        if self._joint is not None and _common.saved_hooks_top() is not NotImplemented:
+        if unit_hooks:
             # A budget's plan: the engine sees only what its offloaded units save.
-            plan = self._joint.plan
-            offloaded = [] if plan is None else [
-                i for i, c in enumerate(self._joint.unit_choices(plan)) if c == "offload"]
             self._unit_hooks = _common.UnitHooks(self.offloader.pack,
                                                  self.offloader.unpack, offloaded)
             return self
@@ -302,12 +308,19 @@ class OffloadActivations:
 
 
 def _module_tensors(modules):
-    """Every parameter and buffer of `modules`."""
-    tensors = []
-    for module in modules:
-        tensors.extend(module.parameters())
-        tensors.extend(module.buffers())
-    return [t.detach() for t in tensors]
+    """Every parameter and buffer of `modules` and their submodules: each
+    module's own dictionaries, read once per module (Module.parameters()
+    cost GPT-2's forward 1.5 ms of host time per step on an H100)."""
+    tensors, seen, stack = [], set(), list(modules)
+    while stack:
+        module = stack.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        tensors.extend(t for t in module._parameters.values() if t is not None)
+        tensors.extend(t for t in module._buffers.values() if t is not None)
+        stack.extend(m for m in module._modules.values() if m is not None)
+    return tensors
 
 
 class NoOpManager(torch.autograd.graph.saved_tensors_hooks):
