@@ -161,6 +161,72 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     plan.peak_bytes = std::max(plan.peak_bytes, resident + own);
     resident += need[i];
   }
+  // Backward, memory. Slot s runs unit n-1-s; mem[s] is what is on device
+  // while it runs, and mem[s] + extra[s] its peak: its backward's
+  // temporaries or, when recomputed or selective, its re-run's transient if
+  // larger (the re-run ends before the backward starts). Each released unit
+  // comes back in the earliest slot from which its bytes fit beside every
+  // peak up to its own backward.
+  auto slot_of = [n](int unit) { return n - 1 - unit; };
+  std::vector<int64_t> mem(n), extra(n);
+  std::vector<int> reload_slot(n);
+  auto place_backward = [&]() -> Status {
+    mem.assign(n, 0);
+    extra.assign(n, 0);
+    reload_slot.assign(n, -1);
+    for (int i = 0; i < n; ++i) {
+      if (!released[i]) {
+        for (int s = 0; s <= slot_of(i); ++s) mem[s] += need[i];
+      }
+      mem[slot_of(i)] += RecreatedBytes(p.units[i], rerun[i]);
+      extra[slot_of(i)] = std::max(
+          p.units[i].backward_transient_bytes,
+          ReRuns(rerun[i]) ? p.units[i].forward_transient_bytes : int64_t{0});
+    }
+    for (int s = 0; s < n; ++s) {
+      if (mem[s] + extra[s] > p.budget) {
+        return ResourceExhaustedError(
+            "joint plan: budget of " + Bytes(p.budget) + " is too small in the "
+            "backward: while " + UnitName(n - 1 - s) + " runs, " +
+            Bytes(mem[s] + extra[s]) + " are on device at its peak before "
+            "any reload");
+      }
+    }
+    int first_slot = 0;
+    for (int u = n - 1; u >= 0; --u) {
+      if (!released[u]) continue;
+      const int64_t bytes = p.units[u].saved_bytes;
+      int slot = -1;
+      for (int s = first_slot; s <= slot_of(u) && slot < 0; ++s) {
+        int64_t most = 0;  // the highest peak it would sit next to
+        for (int t = s; t <= slot_of(u); ++t) {
+          most = std::max(most, mem[t] + extra[t]);
+        }
+        if (most + bytes <= p.budget) slot = s;
+      }
+      if (slot < 0) return exhausted("in the backward", u, mem[slot_of(u)]);
+      for (int s = slot; s <= slot_of(u); ++s) mem[s] += bytes;
+      reload_slot[u] = slot;
+      first_slot = slot;
+    }
+    return OkStatus();
+  };
+  // The backward may need more room than the forward did (its temporaries,
+  // a re-run beside kept units): the next units in forward order are
+  // (but the last) released too, at the forward's end, until it fits. So a plan that fits
+  // a budget also fits every larger one (fewer units are released for the
+  // forward, and the same ones at most for the backward).
+  for (Status fits = place_backward(); !fits.ok(); fits = place_backward()) {
+    while (next_candidate < n - 1 &&
+           (ReRuns(rerun[next_candidate]) || released[next_candidate] ||
+            !p.units[next_candidate].offloadable)) {
+      ++next_candidate;
+    }
+    if (!p.allow_offload || next_candidate >= n - 1) return fits;
+    released[next_candidate] = true;
+    release_during[n - 1].push_back({next_candidate, 1.0});
+  }
+
   plan.released_during.assign(n, -1);
   plan.reloaded_during.assign(n, -1);
   for (int i = 0; i < n; ++i) {
@@ -200,51 +266,8 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     }
   }
 
-  // Backward, memory. Slot s runs unit n-1-s; mem[s] is what is on device
-  // while it runs, and mem[s] + extra[s] its peak: its backward's
-  // temporaries or, when recomputed or selective, its re-run's transient if
-  // larger (the re-run ends before the backward starts).
-  auto slot_of = [n](int unit) { return n - 1 - unit; };
-  std::vector<int64_t> mem(n, 0), extra(n, 0);
-  for (int i = 0; i < n; ++i) {
-    if (!released[i]) {
-      for (int s = 0; s <= slot_of(i); ++s) mem[s] += need[i];
-    }
-    mem[slot_of(i)] += RecreatedBytes(p.units[i], rerun[i]);
-    extra[slot_of(i)] = std::max(
-        p.units[i].backward_transient_bytes,
-        ReRuns(rerun[i]) ? p.units[i].forward_transient_bytes : int64_t{0});
-  }
-  for (int s = 0; s < n; ++s) {
-    if (mem[s] + extra[s] > p.budget) {
-      return ResourceExhaustedError(
-          "joint plan: budget of " + Bytes(p.budget) + " is too small in the "
-          "backward: while " + UnitName(n - 1 - s) + " runs, " +
-          Bytes(mem[s] + extra[s]) + " are on device at its peak before "
-          "any reload");
-    }
-  }
-  std::vector<int> reload_slot(n, -1);
-  int first_slot = 0;
-  for (int u = n - 1; u >= 0; --u) {
-    if (!released[u]) continue;
-    const int64_t bytes = p.units[u].saved_bytes;
-    int slot = -1;
-    for (int s = first_slot; s <= slot_of(u) && slot < 0; ++s) {
-      int64_t most = 0;  // the highest peak it would sit next to
-      for (int t = s; t <= slot_of(u); ++t) {
-        most = std::max(most, mem[t] + extra[t]);
-      }
-      if (most + bytes <= p.budget) slot = s;
-    }
-    if (slot < 0) {
-      return exhausted("in the backward", u,
-                       mem[slot_of(u)]);
-    }
-    for (int s = slot; s <= slot_of(u); ++s) mem[s] += bytes;
-    reload_slot[u] = slot;
-    plan.reloaded_during[u] = n - 1 - slot;
-    first_slot = slot;
+  for (int u = 0; u < n; ++u) {
+    if (reload_slot[u] >= 0) plan.reloaded_during[u] = n - 1 - reload_slot[u];
   }
   for (int s = 0; s < n; ++s) {
     plan.peak_bytes = std::max(plan.peak_bytes, mem[s] + extra[s]);

@@ -95,12 +95,15 @@ TEST(JointPlanTest, SlowCopiesMakeRecomputeWin) {
 
 // The re-created bytes count: recomputing unit 3 alone fits the forward
 // (300 + 300 + 30 after unit 0 left) but not its backward, where units 1
-// and 2 are still on device next to its 300 bytes.
+// and 2 are still on device next to its 300 bytes (900): unit 1 goes to
+// host too, at the forward's end.
 TEST(JointPlanTest, RecomputedBytesCountInTheBackward) {
-  StatusOr<JointPlan> plan =
-      EvaluateJoint(Stack(4, 1.5, 630), {false, false, false, true});
-  ASSERT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_THAT(plan.status().message(), HasSubstr("while unit 3 runs, 900"));
+  JointProblem p = Stack(4, 1.5, 630);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan,
+                       EvaluateJoint(p, {false, false, false, true}));
+  EXPECT_THAT(plan.choice, ElementsAre(O, O, K, R));
+  EXPECT_THAT(plan.released_during, ElementsAre(2, 3, -1, -1));
+  EXPECT_LE(plan.peak_bytes, 630);
 }
 
 // Budget 700 for three 300-byte units, copies of 30 ns. Without a
@@ -173,16 +176,23 @@ TEST(JointPlanTest, ARerunsTransientCountsInTheBackward) {
 
 // Two units kept at 600 bytes: unit 1's backward holding 50 bytes of
 // temporaries needs 650.
+// With offloading, unit 0 goes to host at the forward's end for it.
 TEST(JointPlanTest, ABackwardTransientCountsInTheBackward) {
   JointProblem p = Stack(2, 1.0, 600);
   p.allow_recompute = false;
+  p.allow_offload = false;
   ASSERT_OK(EvaluateJoint(p, {false, false}).status());
   p.units[1].backward_transient_bytes = 50;
   StatusOr<JointPlan> plan = EvaluateJoint(p, {false, false});
   ASSERT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
   EXPECT_THAT(plan.status().message(),
               HasSubstr("in the backward: while unit 1 runs, 650 bytes"));
+  p.allow_offload = true;
+  ASSERT_OK_AND_ASSIGN(JointPlan offloads, EvaluateJoint(p, {false, false}));
+  EXPECT_THAT(offloads.choice, ElementsAre(O, K));
+  EXPECT_EQ(offloads.peak_bytes, 600);
   p.budget = 650;
+  p.allow_offload = false;
   ASSERT_OK_AND_ASSIGN(JointPlan fits, EvaluateJoint(p, {false, false}));
   EXPECT_EQ(fits.peak_bytes, 650);
 }
@@ -277,12 +287,13 @@ TEST(JointPlanTest, SmallestBudgetIsTheEdgeOfFeasibility) {
             StatusCode::kInvalidArgument);
 }
 
-// Two units of 100 bytes; unit 1's backward holds 99 more. Budgets 199
-// fit: unit 1's forward sends unit 0 to host, and its backward then holds
-// 100 + 99. From 200 on the forward keeps unit 0, and unit 1's backward
-// needs 299: 200..298 fit no plan. The least budget lies below that gap,
-// where a binary search over PlanJoint would not look.
-TEST(JointPlanTest, SmallestBudgetLooksBelowAGap) {
+// Two units of 100 bytes; unit 1's backward holds 99 more. At 199, unit
+// 1's forward sends unit 0 to host. From 200 on the forward could keep unit
+// 0, but unit 1's backward would then need 299: unit 0 goes to host at the
+// forward's end instead, and comes back for its own backward. So every
+// budget from 199 on fits (before, 200..298 fit no plan, and a larger
+// budget was refused where a smaller one was planned).
+TEST(JointPlanTest, TheBackwardsPeakSendsAUnitTheForwardKeptToHost) {
   JointProblem p;
   for (int i = 0; i < 2; ++i) {
     UnitCost u;
@@ -293,15 +304,21 @@ TEST(JointPlanTest, SmallestBudgetLooksBelowAGap) {
   }
   p.units[1].backward_transient_bytes = 99;
   p.d2h_gbps = p.h2d_gbps = 1.0;
-  for (int64_t budget : {198, 200, 298}) {
-    p.budget = budget;
-    EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted)
-        << budget;
-  }
-  for (int64_t budget : {199, 299}) {
+  p.budget = 198;
+  EXPECT_EQ(PlanJoint(p).status().code(), StatusCode::kResourceExhausted);
+  for (int64_t budget : {199, 200, 250, 298, 299}) {
     p.budget = budget;
     EXPECT_OK(PlanJoint(p).status()) << budget;
   }
+  p.budget = 200;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_THAT(plan.choice, ElementsAre(O, K));
+  EXPECT_THAT(plan.released_during, ElementsAre(1, -1));  // at unit 1's end
+  EXPECT_THAT(plan.reloaded_during, ElementsAre(0, -1));  // for its own
+  EXPECT_EQ(plan.peak_bytes, 200);
+  // The copy (100 ns from 0) is done when the forward ends (200 ns); it
+  // comes back during unit 0's backward slot, 100 ns at 400..500.
+  EXPECT_DOUBLE_EQ(plan.stall_ns, 100);
   EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(199));
   p.allow_offload = false;
   EXPECT_THAT(SmallestJointBudget(p), IsOkAndHolds(299));
@@ -347,8 +364,13 @@ TEST(JointPlanTest, ValidationCatchesAPlanThatIsNotTheModels) {
   wrong = plan;
   wrong.step_ns -= 1;
   EXPECT_THAT(ValidateJointPlan(wrong, p).message(), HasSubstr("figures"));
-  wrong.choice = {O, K, K, R};  // does not fit (test above)
-  EXPECT_THAT(ValidateJointPlan(wrong, p).message(), HasSubstr("does not fit"));
+  wrong.choice = {O, K, K, R};  // unit 1 goes to host too (test above)
+  EXPECT_THAT(ValidateJointPlan(wrong, p).message(),
+              HasSubstr("unit 1: keep, but the budget makes it offload"));
+  JointProblem kept = p;
+  kept.allow_offload = false;
+  wrong.choice = {K, K, K, R};  // does not fit without offloading
+  EXPECT_THAT(ValidateJointPlan(wrong, kept).message(), HasSubstr("does not fit"));
 }
 
 TEST(JointPlanTest, FormatShowsEveryUnitAndTheTotals) {
@@ -451,6 +473,23 @@ RC_GTEST_PROP(JointPlanProperties, SmallestBudgetIsTheLeastThatFits, ()) {
   RC_ASSERT(PlanJoint(p).ok());
   for (p.budget = 1; p.budget < *smallest; ++p.budget) {
     RC_ASSERT(PlanJoint(p).status().code() == StatusCode::kResourceExhausted);
+  }
+}
+
+// A plan that fits a budget leaves one for every larger budget: a budget
+// is never refused where a smaller one is planned.
+RC_GTEST_PROP(JointPlanProperties, WhatFitsABudgetFitsALargerOne, ()) {
+  JointProblem p = *GenProblem(5, 40);
+  p.allow_offload = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
+  p.allow_recompute = *rc::gen::weightedElement<bool>({{3, true}, {1, false}});
+  StatusOr<int64_t> smallest = SmallestJointBudget(p);
+  RC_ASSERT(smallest.ok());
+  int64_t top = 0;
+  for (const UnitCost& u : p.units) {
+    top += u.saved_bytes + u.forward_transient_bytes + u.backward_transient_bytes;
+  }
+  for (p.budget = *smallest; p.budget <= top; ++p.budget) {
+    RC_ASSERT(PlanJoint(p).ok());
   }
 }
 
