@@ -253,48 +253,17 @@ int64_t RoomyBudget(const JointProblem& p) {
 }
 
 // The least budget below `below` at which EvaluateJoint(p, choice)
-// succeeds, or `below` if none does. The forward releases the first k of
-// its candidates (units not re-run that may be offloaded, in order),
-// k the fewest for which every unit's forward fits: the budgets with k
-// released form the interval [lowest[k], lowest[k-1]). Within one the
-// backward holds the same units, so success is monotone there (a larger
-// budget only lets reloads start earlier), and a binary search finds its
-// least budget.
+// succeeds, or `below` if none does. Success is monotone in the budget (a
+// larger one releases a prefix of the same units at most, the backward's
+// releases included), so a binary search finds it.
 int64_t LeastBudgetFor(JointProblem p, const std::vector<UnitChoice>& choice,
                        int64_t below) {
-  const int n = static_cast<int>(p.units.size());
-  std::vector<int64_t> first = {0};  // needs of the first k candidates
-  std::vector<int> before(n);        // candidates among units 0..i-1
-  for (int i = 0; i < n; ++i) {
-    before[i] = static_cast<int>(first.size()) - 1;
-    if (p.allow_offload && p.units[i].offloadable && !ReRuns(choice[i])) {
-      first.push_back(first.back() + p.units[i].saved_bytes);
-    }
-  }
-  const int m = static_cast<int>(first.size()) - 1;
-  // lowest[k]: the least budget whose forward releases at most k units.
-  std::vector<int64_t> lowest(m + 1, 1);
-  for (int k = 0; k <= m; ++k) {
-    int64_t produced = 0;
-    for (int i = 0; i < n; ++i) {
-      const UnitCost& u = p.units[i];
-      produced += ForwardBytes(u, choice[i]);
-      lowest[k] = std::max(lowest[k], produced + u.forward_transient_bytes -
-                                          first[std::min(k, before[i])]);
-    }
-  }
   auto fits = [&](int64_t budget) {
     p.budget = budget;
     return EvaluateJoint(p, choice).ok();
   };
-  // From the lowest interval up: the first with a budget that fits holds
-  // the least.
-  for (int k = m; k >= 0 && lowest[k] < below; --k) {
-    const int64_t top = std::min(k > 0 ? lowest[k - 1] : below, below) - 1;
-    if (lowest[k] > top || !fits(top)) continue;
-    return LeastFitting(lowest[k] - 1, top, fits);
-  }
-  return below;
+  if (below <= 1 || !fits(below - 1)) return below;
+  return LeastFitting(0, below - 1, fits);
 }
 
 }  // namespace

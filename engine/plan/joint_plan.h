@@ -32,7 +32,10 @@
 //    backward runs, its peak holds backward_transient_bytes, or, when
 //    recomputed or selective, the larger of that and
 //    forward_transient_bytes (its re-run ends before its backward starts,
-//    so the two do not coexist); that peak must fit in the budget.
+//    so the two do not coexist); that peak must fit in the budget. Where
+//    it would not (a backward needing more room than the forward did), the
+//    next offloadable units in the forward's order (not the last) are
+//    released too, at the forward's end, until every peak fits.
 //    Released units come back in order of need, each as early as the
 //    budget allows over the whole time it is then on device (it must fit
 //    next to every later unit's peak until its own backward), at
@@ -119,17 +122,14 @@ inline constexpr int64_t kJointExhaustiveAssignments = 65536;
 StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 
 // The least budget for which PlanJoint succeeds. `problem.budget` is
-// ignored. Success need not be monotone in the budget: the forward releases
-// units only for its own room, so a budget large enough for the forward to
-// keep a unit can be too small for a later backward's peak beside it (a
-// backward transient or re-created bytes above the forward's), where a
-// smaller budget, which releases that unit, fits. So for each assignment
-// of re-runs (recompute, selective) PlanJoint tries, it splits the budgets
-// by how many units the forward releases (success is monotone within each
-// part) and binary-searches the parts. With more than kJointExhaustiveAssignments
-// (PlanJoint's greedy search, whose sets depend on the budget) it
-// binary-searches PlanJoint itself: a budget that fits where one byte less
-// does not, the least one where success is monotone.
+// ignored. For each assignment of re-runs (recompute, selective) PlanJoint
+// tries, success is monotone in the budget (EvaluateJoint sends to host at
+// the forward's end what a later backward's peak needs gone, so a budget
+// large enough for the forward to keep a unit is never refused where a
+// smaller one, which releases it, fits): the least over a binary search of
+// each. With more than kJointExhaustiveAssignments (PlanJoint's greedy
+// search, whose sets depend on the budget) it binary-searches PlanJoint
+// itself: a budget that fits where one byte less does not.
 // Errors: kInvalidArgument for a malformed problem (the budget aside).
 StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
 
