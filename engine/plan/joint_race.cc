@@ -265,7 +265,7 @@ JointPlan JointRace::Predicted(const RacePlan& p) const {
 }
 
 void JointRace::PruneCandidates() {
-  const RaceTrial* best = FastestFitting(trials_, budget_);
+  const RaceTrial* best = FastestFitting(trials_, Allowed());
   if (best == nullptr) return;
   const double slowest = best->step_ns * (1 + options_.prune);
   while (!candidates_.empty() && Predicted(candidates_.front()).step_ns > slowest) {
@@ -320,7 +320,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   if (settled_) {  // a check of the kept plan
     --checks_left_;
     const int64_t lowered = Lowered(peak_bytes);
-    if (peak_bytes > budget_ && lowered >= SmallestUnits()) {
+    if (peak_bytes > Allowed() && lowered >= SmallestUnits()) {
       settled_ = false;
       units_budget_ = lowered;
       return Replan();
@@ -351,12 +351,12 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
     out.applied = true;
     return out;
   }
-  if (const RaceTrial* best = FastestFitting(trials_, budget_)) {
+  if (const RaceTrial* best = FastestFitting(trials_, Allowed())) {
     // A trial faster than it but over the budget: a plan made for that
     // trial's predicted peak less its excess may fit and stay faster. Race
     // again (at most options_.lowerings times), the trials that fit kept.
     const RaceTrial* faster = lowerings_left_ > 0
-        ? FasterOver(trials_, *best, budget_, options_.worth_lowering)
+        ? FasterOver(trials_, *best, Allowed(), options_.worth_lowering)
         : nullptr;
     if (faster != nullptr) {
       const int64_t lowered =
@@ -367,7 +367,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
         --lowerings_left_;
         std::vector<RaceTrial> fitting;
         for (const RaceTrial& t : trials_) {
-          if (t.peak_bytes <= budget_) fitting.push_back(t);
+          if (t.peak_bytes <= Allowed()) fitting.push_back(t);
         }
         units_budget_ = lowered;
         out = Replan();
@@ -429,7 +429,7 @@ bool JointRace::WarmUpEnded(int iteration) {
 }
 
 void JointRace::SettleOnBest() {
-  const RaceTrial* best = FastestFitting(all_trials_, budget_);
+  const RaceTrial* best = FastestFitting(all_trials_, Allowed());
   Apply(best != nullptr ? best->plan : Lowest(all_trials_).plan);
   settled_ = true;
   checks_left_ = 0;

@@ -43,10 +43,12 @@ constexpr double kNoPrune = 1e9;
 
 // Four units at `gbps`, nothing outside them, no margin unless given.
 JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
-                    double margin = 0, int lowerings = 2) {
+                    double margin = 0, int lowerings = 2,
+                    int64_t tolerance = 0) {
   JointRaceOptions options;
   options.margin = margin;
   options.lowerings = lowerings;
+  options.tolerance_bytes = tolerance;
   options.fit_excess = false;  // these scripts' peaks follow no model
   options.prune = kNoPrune;     // nor do their steps
   return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
@@ -101,6 +103,32 @@ TEST(JointRaceTest, TheFastestCandidateThatFitsIsKeptAndChecked) {
   EXPECT_FALSE(race.Measuring(18));
   EXPECT_EQ(Choices(race.plan()), ran[2]);
   EXPECT_FALSE(race.Measuring(26));  // past the warm-up anyway
+}
+
+// With a tolerance of 5 bytes, a peak 4 over the budget of 700 fits: the
+// fastest trial is kept, and its checks at 704 lower nothing; a peak of
+// 706 does not fit (the next fastest that fits is kept).
+TEST(JointRaceTest, APeakWithinTheToleranceFits) {
+  for (int64_t over : {704, 706}) {
+    JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, /*tolerance=*/5);
+    ASSERT_OK(race.Start());
+    ASSERT_EQ(race.candidates().size(), 3u);
+    const double steps[] = {1500, 1100, 1200, 1300};
+    const int64_t peaks[] = {600, over, 650, 600};
+    std::vector<std::string> ran;
+    for (int k = 0; k < 4; ++k) {
+      ran.push_back(Choices(race.plan()));
+      RunCandidate(race, steps[k], peaks[k]);
+    }
+    ASSERT_TRUE(race.settled());
+    EXPECT_EQ(Choices(race.plan()), ran[over == 704 ? 1 : 2]) << over;
+    if (over == 704) {
+      for (int check = 0; check < 4; ++check) {
+        EXPECT_FALSE(race.Measured(1100, 704).applied);
+      }
+      EXPECT_EQ(Choices(race.plan()), ran[1]);
+    }
+  }
 }
 
 // Budget 1000 with the 1% margin: the units get 990. Every candidate is

@@ -368,7 +368,8 @@ class JointBudget:
             self.profile["outside"], self.allow_offload, self.allow_recompute,
             self._index, runs_per_candidate=RUNS_PER_CANDIDATE,
             checked_iterations=CHECKED_ITERATIONS,
-            warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE)
+            warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE,
+            tolerance_bytes=getattr(self.probe, "granularity", 0))
         self._race.start()
         self.refusal = self._race.refusal
         self._apply(self._race.plan)

@@ -7,7 +7,12 @@ import torch
 
 
 class MemoryProbe:
-    """The caching allocator's own counters for one CUDA device."""
+    """The caching allocator's own counters for one CUDA device.
+    `granularity`: the block it rounds large tensors to (2 MiB), the step
+    in which its peak moves; a measured peak that far above a budget fits
+    it (JointRaceOptions::tolerance_bytes). A probe without one is exact."""
+
+    granularity = 2 << 20
 
     def __init__(self, device=None):
         self.device = device

@@ -206,6 +206,28 @@ def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     assert not joint._settled and joint.measuring  # warming up again
 
 
+def test_a_later_peak_within_the_probes_granularity_still_fits():
+    # The caching allocator's peak moves in 2 MiB blocks (MemoryProbe's
+    # granularity): a peak that far over the budget fits it.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, probe = make(model, 0.8, outside=0)
+    probe.granularity = UNIT
+    joint = ctx.joint_budget
+    profile(model, x, ctx)
+    while not joint._settled:
+        seeded_step(model, x, ctx)
+    kept_budget = joint._units_budget
+    spare = joint.budget_bytes - joint.plan["peak_bytes"]
+    probe.over = spare + UNIT  # the budget and the granularity: kept
+    seeded_step(model, x, ctx)
+    assert joint._settled and joint._units_budget == kept_budget
+    probe.over = spare + UNIT + 1  # beyond: lowered
+    seeded_step(model, x, ctx)
+    probe.over = 0
+    assert joint._units_budget < kept_budget and not joint._settled
+
+
 def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured(monkeypatch):
     # Every candidate runs (the CPU's steps follow no model of the plan).
     monkeypatch.setattr(budget, "PRUNE", 1e9)

@@ -161,7 +161,7 @@ void BindJointRace(py::module& m) {
                        bool allow_offload, bool allow_recompute,
                        std::vector<int> index, int runs_per_candidate,
                        int checked_iterations, int warmup_iterations,
-                       double margin, double prune) {
+                       double margin, double prune, int64_t tolerance_bytes) {
              if (runs_per_candidate < 2) {
                throw py::value_error("runs_per_candidate must be at least 2");
              }
@@ -173,6 +173,7 @@ void BindJointRace(py::module& m) {
              options.warmup_iterations = warmup_iterations;
              options.margin = margin;
              options.prune = prune;
+             options.tolerance_bytes = tolerance_bytes;
              return std::make_unique<offload::JointRace>(
                  std::move(costs), d2h_gbps, h2d_gbps, budget, outside,
                  allow_offload, allow_recompute, std::move(index), options);
@@ -182,7 +183,8 @@ void BindJointRace(py::module& m) {
            py::arg("allow_recompute"), py::arg("index"),
            py::arg("runs_per_candidate") = 3, py::arg("checked_iterations") = 4,
            py::arg("warmup_iterations") = 24, py::arg("margin") = 0.01,
-           py::arg("prune") = offload::JointRaceOptions{}.prune)
+           py::arg("prune") = offload::JointRaceOptions{}.prune,
+           py::arg("tolerance_bytes") = offload::JointRaceOptions{}.tolerance_bytes)
       .def("start", [](offload::JointRace& r) { ThrowIfError(r.Start()); })
       .def("measured",
            [](offload::JointRace& r, double step_ns, int64_t peak_bytes) {
