@@ -260,21 +260,21 @@ def saved_hooks_top():
 
 
 class UnitHooks:
-    """The engine's saved-tensor hooks, in force only inside the units a
-    plan offloads (a budget's plan, whole_model.py): everywhere else autograd
-    saves tensors as without the context, at no cost per tensor (about 3 us
-    each through the hooks; 1.3 ms of GPT-2's 15 ms forward on an H100).
+    """The engine's saved-tensor hooks, in force only inside the units the
+    engine offloads (whole_model.py: a budget's plan, TE's schedule of
+    layers): everywhere else autograd saves tensors as without the context,
+    at no cost per tensor (about 3 us each through the hooks; 1.3 ms of
+    GPT-2's 15 ms forward on an H100).
 
-    `units`: the indices of the offloaded units. A unit's hooks are pushed
-    as its forward begins only where nobody pushed hooks since the context's
-    forward began (`outer`): under an outer checkpoint (Hugging Face's
-    gradient checkpointing) or a NoOpManager, theirs stay innermost and win,
-    as they do over hooks in force for the whole forward. REQUIRES: the torch
-    version can say which hooks are in force (saved_hooks_top)."""
+    A unit's hooks are pushed as its forward begins (unit_begins, called for
+    the offloaded units only) only where nobody pushed hooks since the
+    context's forward began (`outer`): under an outer checkpoint (Hugging
+    Face's gradient checkpointing) or a NoOpManager, theirs stay innermost
+    and win, as they do over hooks in force for the whole forward. REQUIRES:
+    the torch version can say which hooks are in force (saved_hooks_top)."""
 
-    def __init__(self, pack, unpack, units):
+    def __init__(self, pack, unpack):
         self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
-        self.units = frozenset(units)
         self.outer = saved_hooks_top()
         self.pushed = []  # units whose hooks are in force, innermost last
 
@@ -283,8 +283,6 @@ class UnitHooks:
         return top is not None and top[0] is self.hooks.pack_hook
 
     def unit_begins(self, index):
-        if index not in self.units:
-            return
         top = saved_hooks_top()
         if top is None if self.outer is None else (top is not None and top[0] is self.outer[0]):
             self.hooks.__enter__()

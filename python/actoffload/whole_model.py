@@ -161,6 +161,12 @@ class OffloadActivations:
                 offloaded_layers=num_layers if budget_bytes is None else 0,
                 retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
                 budget_bytes=budget_bytes, smallest_budget=smallest)
+        # Whether the engine says per unit, as it begins, if it offloads it
+        # (a budget's plan, TE's schedule of layers), so that its hooks are
+        # in force inside those units only; a byte budget decides per storage.
+        self._per_unit = self._layers is not None and (
+            self._joint is not None or budget_bytes is None)
+        self._model_tensors_set = False  # in this forward
         self._handles = []
         self._hooks = None
         self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
@@ -176,11 +182,14 @@ class OffloadActivations:
         def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
-            ref, layer, _ = self.offloader.forward_step(index)
+            ref, layer, offloaded = self.offloader.forward_step(index)
             self._refs[index] = (ref, layer)
             if self._joint is not None:
                 self._joint.unit_begins(index, args, kwargs or {})
-            if self._unit_hooks is not None:
+            if self._unit_hooks is not None and offloaded:
+                if not self._model_tensors_set and self._modules:
+                    self.offloader.set_model_tensors(_module_tensors(self._modules))
+                self._model_tensors_set = True
                 self._unit_hooks.unit_begins(index)
             return None
         return _common.eagerly(hook) if self._joint is not None else hook
@@ -224,13 +233,9 @@ class OffloadActivations:
             self._lean = True
             self._joint.install()
             return self
-        unit_hooks = (self._joint is not None
-                      and _common.saved_hooks_top() is not NotImplemented)
-        offloaded = []
-        if unit_hooks and self._joint.plan is not None:
-            offloaded = [i for i, c in enumerate(self._joint.unit_choices(self._joint.plan))
-                         if c == "offload"]
-        if self._modules and (offloaded or not unit_hooks):
+        unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
+        self._model_tensors_set = False
+        if self._modules and not unit_hooks:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
             # The whole forward is one unit; its reference is held while it
@@ -255,9 +260,9 @@ class OffloadActivations:
                 self._joint.install()
         _common.emit_warnings(self.offloader)
         if unit_hooks:
-            # A budget's plan: the engine sees only what its offloaded units save.
+            # The engine sees only what the offloaded units save.
             self._unit_hooks = _common.UnitHooks(self.offloader.pack,
-                                                 self.offloader.unpack, offloaded)
+                                                 self.offloader.unpack)
             return self
         self._hooks = torch.autograd.graph.saved_tensors_hooks(
             self.offloader.pack, self.offloader.unpack)

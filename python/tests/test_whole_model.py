@@ -27,6 +27,35 @@ def test_layers_found_from_the_model_k_of_n(k):
     assert ctx.session.hazards() == []
 
 
+@pytest.mark.skipif(actoffload._common.saved_hooks_top() is NotImplemented,
+                    reason="torch < 2.8 cannot say which saved-tensor hooks are in "
+                           "force: the engine's hooks are in force for the whole forward")
+def test_the_engines_hooks_are_in_force_only_inside_the_offloaded_layers():
+    # TE's schedule offloads the first k layers; elsewhere (the other layers,
+    # the embedding, the head) autograd saves as without the context.
+    model = Stack(layers=4)
+    x = torch.randn(2, 64, 64)
+    reference = train_step(model, x)
+    ctx = actoffload.OffloadActivations(model, num_layers=2, min_offload_size=MIN,
+                                        backend="sim")
+    seen = {}
+
+    def watcher(key):
+        def hook(module, args):
+            top = actoffload._common.saved_hooks_top()
+            seen[key] = top is not None and top[0] == ctx.offloader.pack
+        return hook
+    for index, layer in enumerate(model.layers):
+        layer.qkv.register_forward_pre_hook(watcher(index))
+    model.head.register_forward_pre_hook(watcher("head"))
+    for _ in range(3):
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
+        assert actoffload._common.saved_hooks_top() is None
+    assert seen == {0: True, 1: True, 2: False, 3: False, "head": False}
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+    assert ctx.session.hazards() == []
+
+
 class _Experts(torch.nn.Module):
     """A mixture-of-experts layer: more experts than the model has layers."""
 
