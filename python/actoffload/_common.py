@@ -188,8 +188,9 @@ def check_stream(session):
 
 def eagerly(hook):
     """The hook, run outside torch.compile's graphs (torch >= 2): a module
-    compiled with `module.compile()` traces its hooks, and what the budget
-    measures (the allocator's counters, CUDA events) must happen when the
+    compiled with `module.compile()` traces its hooks, and what they do (the
+    engine's steps, the saved-tensor hooks a unit pushes, what the budget
+    measures: the allocator's counters, CUDA events) must happen when the
     hook runs, not when a graph is traced."""
     dynamo = getattr(torch, "_dynamo", None)
     return dynamo.disable(hook) if dynamo is not None else hook

@@ -192,7 +192,7 @@ class OffloadActivations:
                 self._model_tensors_set = True
                 self._unit_hooks.unit_begins(index)
             return None
-        return _common.eagerly(hook) if self._joint is not None else hook
+        return _common.eagerly(hook)
 
     def _post_hook(self, index):
         def hook(module, args, output):
@@ -208,7 +208,7 @@ class OffloadActivations:
             if ref is not None:
                 _common.mark_layer_end(self.offloader, ref, layer, output)
             return None  # the output stays the very object the layer returned
-        return _common.eagerly(hook) if self._joint is not None else hook
+        return _common.eagerly(hook)
 
     # --- context ---------------------------------------------------------------
     def __enter__(self):
