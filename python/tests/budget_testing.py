@@ -4,6 +4,7 @@ allocator counters), a small decoder named as Hugging Face names its
 blocks, and a budget made with both."""
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
 import actoffload
@@ -144,6 +145,17 @@ class Decoder(torch.nn.Module):
         x = self.embed(x)
         for layer in self.layers:
             x = layer(x)[0]
+        return self.head(x)
+
+
+class CheckpointedDecoder(Decoder):
+    """Each layer's call inside a non-reentrant checkpoint, as Hugging Face's
+    gradient checkpointing wraps it."""
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
         return self.head(x)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from actoffload import _common
-from budget_testing import Decoder, make, seeded_step
+from budget_testing import CheckpointedDecoder, Decoder, make, seeded_step
 from models import assert_identical
 
 
@@ -21,13 +21,7 @@ def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran():
     # Hugging Face's gradient checkpointing wraps each layer's call in a
     # non-reentrant checkpoint; its re-run in the backward (after the
     # context's exit) must save what the forward saved, or it refuses it.
-    class Checkpointed(Decoder):
-        def forward(self, x):
-            x = self.embed(x)
-            for layer in self.layers:
-                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
-            return self.head(x)
-    model = Checkpointed()
+    model = CheckpointedDecoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.6, allow_offload=False)
@@ -423,13 +417,7 @@ def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
 def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
     # Hugging Face's gradient checkpointing around each layer: its hooks are
     # pushed before the layer's forward begins; the engine's stay out.
-    class Checkpointed(Decoder):
-        def forward(self, x):
-            x = self.embed(x)
-            for layer in self.layers:
-                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
-            return self.head(x)
-    model = Checkpointed()
+    model = CheckpointedDecoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.5, allow_recompute=False)

@@ -13,7 +13,7 @@ Front doors:
              min_offload_size=MIN elements), each layer in the context and
              its output through the sync function (models.te_forward's way);
   oa_layers  OffloadActivations(layers=model.layers, min_offload_size=bytes);
-  oa_model   OffloadActivations(layers=model, ...) (its longest ModuleList);
+  oa_model   OffloadActivations(layers=model, ...) (its layer stack);
   oa_noarg   OffloadActivations() (torchtune's usage: the whole forward under
              the smallest byte budget; the first iteration is recorded).
 """
