@@ -49,6 +49,25 @@ const RaceTrial* FastestFitting(const std::vector<RaceTrial>& trials,
   return best;
 }
 
+// The trial to keep among those within `budget`: the fastest, unless it
+// offloads and the fastest that does not is within `tie` of its step
+// (JointRaceOptions::offload_tie).
+const RaceTrial* Kept(const std::vector<RaceTrial>& trials, int64_t budget,
+                      double tie) {
+  const RaceTrial* best = FastestFitting(trials, budget);
+  if (best == nullptr || best->plan.plan.offloaded_bytes == 0) return best;
+  const RaceTrial* plain = nullptr;
+  for (const RaceTrial& t : trials) {
+    if (t.peak_bytes <= budget && t.plan.plan.offloaded_bytes == 0 &&
+        (plain == nullptr || t.step_ns < plain->step_ns)) {
+      plain = &t;
+    }
+  }
+  return plain != nullptr && best->step_ns >= plain->step_ns * (1 - tie)
+             ? plain
+             : best;
+}
+
 // The fastest trial over `budget` that is faster than `best` by more than
 // `share` of its step, or null.
 const RaceTrial* FasterOver(const std::vector<RaceTrial>& trials,
@@ -351,7 +370,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
     out.applied = true;
     return out;
   }
-  if (const RaceTrial* best = FastestFitting(trials_, Allowed())) {
+  if (const RaceTrial* best = Kept(trials_, Allowed(), options_.offload_tie)) {
     // A trial faster than it but over the budget: a plan made for that
     // trial's predicted peak less its excess may fit and stay faster. Race
     // again (at most options_.lowerings times), the trials that fit kept.
@@ -429,7 +448,7 @@ bool JointRace::WarmUpEnded(int iteration) {
 }
 
 void JointRace::SettleOnBest() {
-  const RaceTrial* best = FastestFitting(all_trials_, Allowed());
+  const RaceTrial* best = Kept(all_trials_, Allowed(), options_.offload_tie);
   Apply(best != nullptr ? best->plan : Lowest(all_trials_).plan);
   settled_ = true;
   checks_left_ = 0;

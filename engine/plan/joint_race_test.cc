@@ -4,6 +4,7 @@
 
 #include "engine/plan/joint_race.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -128,6 +129,41 @@ TEST(JointRaceTest, APeakWithinTheToleranceFits) {
       }
       EXPECT_EQ(Choices(race.plan()), ran[1]);
     }
+  }
+}
+
+// Every candidate fits; the one that offloads runs fastest. Faster by less
+// than 1% (offload_tie) than the fastest that does not offload, that one
+// is kept; by 5%, the one that offloads.
+TEST(JointRaceTest, APlanThatOffloadsIsKeptOnlyWhereItIsClearlyFaster) {
+  for (double lead : {0.005, 0.05}) {
+    JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0);
+    ASSERT_OK(race.Start());
+    std::vector<bool> offloads = {race.plan().offloaded_bytes > 0};
+    for (const RacePlan& c : race.candidates()) {
+      offloads.push_back(c.plan.offloaded_bytes > 0);
+    }
+    ASSERT_EQ(offloads.size(), 4u);
+    const auto first_offloading = std::find(offloads.begin(), offloads.end(), true);
+    ASSERT_NE(first_offloading, offloads.end());
+    ASSERT_NE(std::find(offloads.begin(), offloads.end(), false), offloads.end());
+    std::vector<std::string> ran;
+    for (size_t k = 0; k < offloads.size(); ++k) {
+      // The first plan that offloads: 1000 ns; the others without copies
+      // 1000 / (1 - lead) and slower; other offloading ones slower still.
+      const bool fastest = static_cast<long>(k) == first_offloading - offloads.begin();
+      const double step = fastest ? 1000
+                          : offloads[k] ? 2000 + k
+                                        : 1000 / (1 - lead) + k;
+      ran.push_back(Choices(race.plan()));
+      RunCandidate(race, step, 600);
+    }
+    ASSERT_TRUE(race.settled());
+    size_t plain = 0;  // the fastest plan without copies: the first of them
+    while (offloads[plain]) ++plain;
+    EXPECT_EQ(Choices(race.plan()),
+              lead < 0.01 ? ran[plain] : ran[first_offloading - offloads.begin()])
+        << lead;
   }
 }
 
