@@ -375,7 +375,7 @@ def test_the_engines_hooks_are_in_force_only_inside_the_offloaded_units():
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
-    ctx, _ = make(model, 0.5)
+    ctx, _ = make(model, 0.5, allow_recompute=False)  # a plan that offloads
     seen = _watch_hooks(ctx, model)
     settled = 0
     for _ in range(60):  # the warm-up, then two steps of the settled plan
