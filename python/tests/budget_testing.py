@@ -159,6 +159,21 @@ class CheckpointedDecoder(Decoder):
         return self.head(x)
 
 
+def kept_trial(trials, budget):
+    """The trial the race keeps among (step, peak, plan) trials: the
+    fastest within `budget`, but one that offloads only where it is more
+    than 1% faster than the fastest that does not
+    (JointRaceOptions::offload_tie)."""
+    fits = [t for t in trials if t[1] <= budget]
+    fastest = min(fits, key=lambda t: t[0])
+    plain = [t for t in fits if "offload" not in t[2]["choice"]]
+    if "offload" in fastest[2]["choice"] and plain:
+        simplest = min(plain, key=lambda t: t[0])
+        if fastest[0] >= simplest[0] * (1 - 0.01):
+            return simplest
+    return fastest
+
+
 def seeded_step(model, x, ctx=None):
     torch.manual_seed(7)  # the same dropout masks in every step
 

@@ -10,7 +10,8 @@ import torch
 
 import actoffload
 from actoffload import _common, budget, budget_profile
-from budget_testing import UNIT, Decoder, ScriptedProbe, make, profile, seeded_step
+from budget_testing import (UNIT, Decoder, ScriptedProbe, kept_trial, make, profile,
+                            seeded_step)
 from models import assert_identical
 
 
@@ -184,8 +185,7 @@ def test_warm_up_runs_each_candidate_and_keeps_one_that_fits(monkeypatch):
         assert_identical(reference, seeded_step(model, x, ctx))
     assert len(joint.trials) >= 2  # the joint plan and at least one other
     assert not joint.measuring
-    fitting = [t for t in joint.trials if t[1] <= joint.budget_bytes]
-    assert joint.plan["choice"] == min(fitting, key=lambda t: t[0])[2]["choice"]
+    assert joint.plan["choice"] == kept_trial(joint.trials, joint.budget_bytes)[2]["choice"]
     # The loops of the plans raced are dropped once their graphs are gone.
     assert len(joint._retired) <= 1 < len(joint._all_trials)
 
@@ -243,7 +243,7 @@ def test_the_warm_up_ending_mid_race_keeps_the_best_plan_measured(monkeypatch):
     seeded_step(model, x, ctx)
     fits = [t for t in joint._all_trials if t[1] <= joint.budget_bytes]
     assert joint._settled and fits
-    assert joint.plan["choice"] == min(fits, key=lambda t: t[0])[2]["choice"]
+    assert joint.plan["choice"] == kept_trial(joint._all_trials, joint.budget_bytes)[2]["choice"]
 
 
 def test_the_schedule_moves_units_where_the_plans_model_does():
