@@ -285,7 +285,9 @@ class UnitHooks:
 
     def unit_begins(self, index):
         top = saved_hooks_top()
-        if top is None if self.outer is None else (top is not None and top[0] is self.outer[0]):
+        nobody_pushed = top is None if self.outer is None else (
+            top is not None and top[0] is self.outer[0])
+        if nobody_pushed:
             self.hooks.__enter__()
             self.pushed.append(index)
 
