@@ -36,12 +36,14 @@ const RaceTrial& Lowest(const std::vector<RaceTrial>& trials) {
                            });
 }
 
-// The first fastest trial within `budget`, or null.
+// The first fastest trial within `budget` (of those whose plan offloads
+// nothing, with `without_copies`), or null.
 const RaceTrial* FastestFitting(const std::vector<RaceTrial>& trials,
-                                int64_t budget) {
+                                int64_t budget, bool without_copies = false) {
   const RaceTrial* best = nullptr;
   for (const RaceTrial& t : trials) {
     if (t.peak_bytes <= budget &&
+        (!without_copies || t.plan.plan.offloaded_bytes == 0) &&
         (best == nullptr || t.step_ns < best->step_ns)) {
       best = &t;
     }
@@ -56,13 +58,8 @@ const RaceTrial* Kept(const std::vector<RaceTrial>& trials, int64_t budget,
                       double tie) {
   const RaceTrial* best = FastestFitting(trials, budget);
   if (best == nullptr || best->plan.plan.offloaded_bytes == 0) return best;
-  const RaceTrial* plain = nullptr;
-  for (const RaceTrial& t : trials) {
-    if (t.peak_bytes <= budget && t.plan.plan.offloaded_bytes == 0 &&
-        (plain == nullptr || t.step_ns < plain->step_ns)) {
-      plain = &t;
-    }
-  }
+  const RaceTrial* plain =
+      FastestFitting(trials, budget, /*without_copies=*/true);
   return plain != nullptr && best->step_ns >= plain->step_ns * (1 - tie)
              ? plain
              : best;
