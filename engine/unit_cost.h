@@ -25,7 +25,9 @@ struct UnitCost {
   bool offloadable = true;
   // When recomputed: the bytes it still saves (its input), the forward it
   // re-runs before its backward, and the bytes that re-run re-creates and
-  // holds until the unit's backward ends.
+  // holds until the unit's backward ends (may exceed saved_bytes, what the
+  // unit leaves once the next one begins: the re-run holds what its forward
+  // left at its own end, before the code after it freed its input).
   int64_t input_bytes = 0;
   double recompute_ns = 0;
   int64_t recompute_bytes = 0;
@@ -46,6 +48,15 @@ struct UnitCost {
   bool selective = false;
   int64_t selective_bytes = 0;
   double selective_ns = 0;
+  // What a selective unit holds for a moment beyond those, where measured
+  // (at least; 0: nothing more than the transients above): at the peak of
+  // its forward, above its selective_bytes (the cheap ops' outputs alive
+  // until the costly op that reads them), and at the peak of its backward,
+  // above what its re-run re-creates (the re-run's temporaries beside the
+  // backward's). The model takes the larger of each and the transient
+  // above (engine/plan/joint_model.h: ForwardTransient, BackwardTransient).
+  int64_t selective_forward_transient_bytes = 0;
+  int64_t selective_backward_transient_bytes = 0;
 };
 
 }  // namespace offload

@@ -40,6 +40,27 @@ int64_t WholeBytes(const UnitCost& u, UnitChoice c) {
   return u.saved_bytes;  // selective: selective_bytes + the rest re-created
 }
 
+// At its forward's peak, above ForwardBytes; at its backward's, above
+// WholeBytes (joint_plan.h's model: the larger of the transients that
+// apply to the choice).
+int64_t ForwardTransient(const UnitCost& u, UnitChoice c) {
+  return c == UnitChoice::kSelective
+             ? std::max(u.forward_transient_bytes,
+                        u.selective_forward_transient_bytes)
+             : u.forward_transient_bytes;
+}
+
+int64_t BackwardTransient(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kKeep || c == UnitChoice::kOffload) {
+    return u.backward_transient_bytes;
+  }
+  const int64_t most =
+      std::max(u.backward_transient_bytes, u.forward_transient_bytes);
+  return c == UnitChoice::kSelective
+             ? std::max(most, u.selective_backward_transient_bytes)
+             : most;
+}
+
 double ReRunNs(const UnitCost& u, UnitChoice c) {
   if (c == UnitChoice::kRecompute) return u.recompute_ns;
   if (c == UnitChoice::kSelective) return u.selective_ns;
@@ -84,7 +105,7 @@ class Bounder {
     out_[i + 1] = out_[i] + (c == UnitChoice::kOffload ? u.saved_bytes : 0);
     // Bytes that must be out by F_i: what exceeds the budget at unit i's
     // peak (all its bytes and its transient).
-    const int64_t peak = held_[i + 1] + u.forward_transient_bytes;
+    const int64_t peak = held_[i + 1] + ForwardTransient(u, c);
     const int64_t excess = peak - p_.budget;
     if (excess > out_[i + 1]) {
       *misfit = {i, peak - out_[i + 1], true};
@@ -113,12 +134,8 @@ class Bounder {
     room_[n_] = p_.budget - (held_[n_] - out_[n_]);
     for (int w = n_ - 1; w >= 0; --w) {
       const UnitCost& u = p_.units[w];
-      const bool recomputed = ReRuns(choice_[w]);
       const int64_t whole = WholeBytes(u, choice_[w]);
-      // At its peak: its temporaries, or its re-run's transient if larger.
-      const int64_t transient =
-          std::max(u.backward_transient_bytes,
-                   recomputed ? u.forward_transient_bytes : int64_t{0});
+      const int64_t transient = BackwardTransient(u, choice_[w]);
       const int64_t needed = (held_[w] - out_[w]) + whole + transient;
       room_[w] = p_.budget - needed;
       if (room_[w] < 0) {

@@ -11,8 +11,10 @@
 
 namespace offload {
 
+using joint_internal::BackwardTransient;
 using joint_internal::Bytes;
 using joint_internal::ForwardBytes;
+using joint_internal::ForwardTransient;
 using joint_internal::RecreatedBytes;
 using joint_internal::ReRunNs;
 using joint_internal::ReRuns;
@@ -63,6 +65,13 @@ Status ValidateJointProblem(const JointProblem& p) {
       return bad("backward_transient_bytes must not be negative, got " +
                  std::to_string(u.backward_transient_bytes));
     }
+    if (u.selective_forward_transient_bytes < 0 ||
+        u.selective_backward_transient_bytes < 0) {
+      return bad("selective transients must not be negative, got " +
+                 std::to_string(u.selective_forward_transient_bytes) +
+                 " and " +
+                 std::to_string(u.selective_backward_transient_bytes));
+    }
     if (!(u.selective_ns >= 0) || !std::isfinite(u.selective_ns)) {
       return bad("selective_ns must be finite and not negative, got " +
                  std::to_string(u.selective_ns));
@@ -77,12 +86,14 @@ Status ValidateJointProblem(const JointProblem& p) {
                  std::to_string(u.saved_bytes));
     }
     if (u.recomputable &&
-        (u.input_bytes < 0 || u.input_bytes > u.saved_bytes ||
-         u.recompute_bytes < 0 || u.recompute_bytes > u.saved_bytes)) {
+        (u.input_bytes < 0 || u.input_bytes > u.saved_bytes)) {
       return bad("input_bytes " + std::to_string(u.input_bytes) +
-                 " and recompute_bytes " + std::to_string(u.recompute_bytes) +
                  " must be within saved_bytes " +
                  std::to_string(u.saved_bytes));
+    }
+    if (u.recomputable && u.recompute_bytes < 0) {
+      return bad("recompute_bytes must not be negative, got " +
+                 std::to_string(u.recompute_bytes));
     }
   }
   return OkStatus();
@@ -138,8 +149,8 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   int64_t resident = 0;
   int next_candidate = 0;
   for (int i = 0; i < n; ++i) {
-    const int64_t transient = p.units[i].forward_transient_bytes;
-    const int64_t own = need[i] + transient;  // unit i's at its peak
+    const int64_t own =  // unit i's at its peak
+        need[i] + ForwardTransient(p.units[i], rerun[i]);
     while (resident + own > p.budget && p.allow_offload) {
       while (next_candidate < i &&
              (ReRuns(rerun[next_candidate]) || released[next_candidate] ||
@@ -179,9 +190,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
         for (int s = 0; s <= slot_of(i); ++s) mem[s] += need[i];
       }
       mem[slot_of(i)] += RecreatedBytes(p.units[i], rerun[i]);
-      extra[slot_of(i)] = std::max(
-          p.units[i].backward_transient_bytes,
-          ReRuns(rerun[i]) ? p.units[i].forward_transient_bytes : int64_t{0});
+      extra[slot_of(i)] = BackwardTransient(p.units[i], rerun[i]);
     }
     for (int s = 0; s < n; ++s) {
       if (mem[s] + extra[s] > p.budget) {

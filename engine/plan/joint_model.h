@@ -5,6 +5,7 @@
 #ifndef OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
 #define OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -35,6 +36,30 @@ inline int64_t RecreatedBytes(const UnitCost& u, UnitChoice c) {
   if (c == UnitChoice::kRecompute) return u.recompute_bytes;
   if (c == UnitChoice::kSelective) return u.saved_bytes - u.selective_bytes;
   return 0;
+}
+
+// What it holds for a moment at its forward's peak, above ForwardBytes.
+inline int64_t ForwardTransient(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kSelective) {
+    return std::max(u.forward_transient_bytes,
+                    u.selective_forward_transient_bytes);
+  }
+  return u.forward_transient_bytes;
+}
+
+// What it holds for a moment at its backward's peak, above what is on
+// device then (RecreatedBytes included): its backward's temporaries or,
+// when it re-runs, its re-run's transient if larger (the re-run ends
+// before the backward starts, so the two do not coexist); a selective
+// unit's, where measured, if larger still.
+inline int64_t BackwardTransient(const UnitCost& u, UnitChoice c) {
+  if (!ReRuns(c)) return u.backward_transient_bytes;
+  const int64_t most =
+      std::max(u.backward_transient_bytes, u.forward_transient_bytes);
+  if (c == UnitChoice::kSelective) {
+    return std::max(most, u.selective_backward_transient_bytes);
+  }
+  return most;
 }
 
 // The time its re-run adds before its backward.

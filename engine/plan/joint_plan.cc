@@ -246,8 +246,11 @@ int64_t RoomyBudget(const JointProblem& p) {
     const int64_t recreated =
         std::max(u.recomputable ? u.recompute_bytes : 0,
                  u.selective ? u.saved_bytes - u.selective_bytes : 0);
-    most = std::max(most, recreated + std::max(u.forward_transient_bytes,
-                                               u.backward_transient_bytes));
+    most = std::max(
+        most, recreated + std::max({u.forward_transient_bytes,
+                                    u.backward_transient_bytes,
+                                    u.selective_forward_transient_bytes,
+                                    u.selective_backward_transient_bytes}));
   }
   return std::max<int64_t>(1, total + most);
 }

@@ -13,9 +13,10 @@
 // runs them in reverse, one at a time, on one compute stream; one copy
 // engine each way):
 //  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
-//    recomputed, or selective_bytes when selective) arrive evenly while its forward runs; at its peak it also
-//    holds forward_transient_bytes, so saved plus transient must fit in the
-//    budget next to what is on device. Where they would not, the earliest
+//    recomputed, or selective_bytes when selective) arrive evenly while its
+//    forward runs; at its peak it also holds forward_transient_bytes (when
+//    selective, selective_forward_transient_bytes if larger), so saved plus
+//    transient must fit in the budget next to what is on device. Where they would not, the earliest
 //    offloadable units not yet released and not recomputed (fully or
 //    selectively) are released,
 //    earliest first (the byte budget's rule, engine/plan/budget_plan.h),
@@ -32,7 +33,8 @@
 //    backward runs, its peak holds backward_transient_bytes, or, when
 //    recomputed or selective, the larger of that and
 //    forward_transient_bytes (its re-run ends before its backward starts,
-//    so the two do not coexist); that peak must fit in the budget. Where
+//    so the two do not coexist) and, when selective,
+//    selective_backward_transient_bytes; that peak must fit in the budget. Where
 //    it would not (a backward needing more room than the forward did), the
 //    next offloadable units in the forward's order (not the last) are
 //    released too, at the forward's end, until every peak fits.
@@ -148,8 +150,8 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
                                   const std::vector<bool>& recompute);
 
 // Checks sizes and values: at least one unit, bytes (transients too) and
-// times not negative, saved_bytes > 0, input and recompute bytes within
-// saved_bytes for a recomputable unit, a selective unit recomputable with
+// times not negative, saved_bytes > 0, input bytes within saved_bytes for
+// a recomputable unit, a selective unit recomputable with
 // selective_bytes in (0, saved_bytes], selective_ns finite and not
 // negative, positive bandwidths where offloading is allowed, budget > 0.
 // Errors: kInvalidArgument naming the unit and the field.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/plan/joint_limit.h"
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_problem_testing.h"
 #include "gmock/gmock.h"
@@ -125,6 +126,45 @@ TEST(JointPlanTest, EvaluatingASelectiveUnitCountsItsBytesAndTime) {
   // Keep and offload in the choice follow from the forward rule.
   ASSERT_OK_AND_ASSIGN(JointPlan same, EvaluateJoint(p, {O, S, O}));
   EXPECT_THAT(same.choice, ElementsAre(K, S, K));
+}
+
+// What a selective unit holds for a moment beyond the unit's transients
+// (measured by the PyTorch package's selective profile: the cheap ops'
+// outputs alive in its forward, its re-run's temporaries in its backward).
+// SelectiveStack(3, ...) keeping 100 bytes, no offloading, K S K: the
+// forward peaks at unit 2 (300 + 100 + 300 = 700); unit 1's backward
+// holds 300 + 100 + 200 re-created = 600.
+//  - A selective forward transient of 450 raises unit 1's forward to
+//    300 + 100 + 450 = 850; kept, unit 1 ignores it (900 at unit 2).
+//  - A selective backward transient of 250: unit 1's backward peaks at
+//    600 + 250 = 850, above the forward transient 200 it also re-runs.
+// The limit (joint_limit.h) counts them as the model does.
+TEST(JointPlanTest, ASelectiveUnitsOwnTransientsRaiseItsPeaks) {
+  JointProblem p = SelectiveStack(3, 1.0, 10000, /*kept=*/100, /*ns=*/40);
+  p.allow_offload = false;
+  p.units[1].selective_forward_transient_bytes = 450;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_EQ(plan.peak_bytes, 850);
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, K, K}));
+  EXPECT_EQ(plan.peak_bytes, 900);
+
+  p = SelectiveStack(3, 1.0, 10000, /*kept=*/100, /*ns=*/40);
+  p.allow_offload = false;
+  p.units[1].forward_transient_bytes = 200;
+  p.units[1].selective_backward_transient_bytes = 250;
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, S, K}));
+  EXPECT_EQ(plan.peak_bytes, 850);
+  p.budget = 849;
+  EXPECT_THAT(EvaluateJoint(p, {K, S, K}).status().message(),
+              HasSubstr("while unit 1 runs, 850"));
+  // The limit refuses it at 849 too; in full it re-creates 270 beside
+  // 300 + 30 with the transient 200: 800.
+  EXPECT_THAT(JointChoiceBound(p, {K, S, K}),
+              StatusIs(StatusCode::kResourceExhausted));
+  EXPECT_OK(JointChoiceBound(p, {K, R, K}).status());
+  p.units[1].selective_backward_transient_bytes = -1;
+  EXPECT_THAT(ValidateJointProblem(p).message(),
+              HasSubstr("unit 1: selective transients must not be negative"));
 }
 
 // A selective unit is never released for room: budget 500 with copies of

@@ -81,10 +81,11 @@ inline JointProblem SelectiveStack(int units, double gbps, int64_t budget,
 }
 
 // A random unit for the properties: up to `most_bytes` saved bytes, times
-// up to 2000 ns, recomputable or not, input and re-created bytes within its
-// saved bytes; half of the recomputable ones may be selective (1 to
-// saved_bytes kept, a re-run up to 1000 ns); half of all hold transients
-// of up to `most_bytes` in their forward and backward.
+// up to 2000 ns, recomputable or not, input bytes within its saved bytes
+// and re-created bytes up to a quarter above them; half of the recomputable
+// ones may be selective (1 to saved_bytes kept, a re-run up to 1000 ns,
+// half of those with selective transients of up to `most_bytes`); half of
+// all hold transients of up to `most_bytes` in their forward and backward.
 inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
   return rc::gen::exec([most_bytes] {
     UnitCost u;
@@ -93,12 +94,20 @@ inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
     u.backward_ns = *rc::gen::inRange(0, 2000);
     u.recomputable = *rc::gen::arbitrary<bool>();
     u.input_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
-    u.recompute_bytes = *rc::gen::inRange<int64_t>(0, u.saved_bytes + 1);
+    // A re-run may hold more than the unit leaves (unit_cost.h).
+    u.recompute_bytes =
+        *rc::gen::inRange<int64_t>(0, u.saved_bytes + u.saved_bytes / 4 + 1);
     u.recompute_ns = *rc::gen::inRange(0, 1000);
     if (u.recomputable && *rc::gen::arbitrary<bool>()) {
       u.selective = true;
       u.selective_bytes = *rc::gen::inRange<int64_t>(1, u.saved_bytes + 1);
       u.selective_ns = *rc::gen::inRange(0, 1000);
+      if (*rc::gen::arbitrary<bool>()) {
+        u.selective_forward_transient_bytes =
+            *rc::gen::inRange<int64_t>(0, most_bytes + 1);
+        u.selective_backward_transient_bytes =
+            *rc::gen::inRange<int64_t>(0, most_bytes + 1);
+      }
     }
     if (*rc::gen::arbitrary<bool>()) {
       u.forward_transient_bytes =

@@ -33,12 +33,17 @@ def make_profile(r, selective_record, clock, selective, kinds=None):
     # transients are its stretch's peak above that and the bytes saved
     # so far (unit i's forward and backward both see everything up to
     # its own); the head's (logits, loss and their backward) is one more
-    # unit, last, never offloaded or recomputed.
-    saved = [max(r["after"][i] - r["before"][i], 1) for i in range(n)]
-    glue = [0] + [max(r["before"][i] - r["after"][i - 1], 0) for i in range(1, n)]
+    # unit, last, never offloaded or recomputed. A unit's saved bytes are
+    # what it leaves once the next unit begins: the code between them
+    # may free what the unit's end still held (a Hugging Face layer's
+    # input, which the layer does not save itself, goes when the model's
+    # loop moves on: 64 MiB a layer on the issue's Llama). Counted at the
+    # unit's end, each unit seemed to hold that much more, and a plan
+    # recomputing units was that much per unit over its prediction. A
+    # re-run holds what the forward left at its end (recompute_bytes).
+    left, saved, glue = _held(r)
     least_glue = sum(saved) // (100 * n)  # smaller glue is left out
-    so_far = [sum(saved[:i + 1]) + sum(g for g in glue[:i + 1] if g > least_glue)
-              for i in range(n)]
+    so_far = _so_far(saved, glue, least_glue)
     before = max(r["before"][0] - r["base"], 0)
     at_backward = r["bwd_allocated"][n - 1]
     at_backward = 0 if at_backward is None else max(at_backward - so_far[-1], 0)
@@ -54,11 +59,14 @@ def make_profile(r, selective_record, clock, selective, kinds=None):
             "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
             "recomputable": True,
             "input_bytes": min(r["input"][i], saved[i]),
-            "recompute_ns": fwd[i], "recompute_bytes": saved[i],
+            "recompute_ns": fwd[i], "recompute_bytes": left[i],
             "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
             "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
         if selective_record is not None and selective[i]:
             units[-1].update(_selective_cost(selective_record, i, units[-1], sel_ratio))
+    if selective_record is not None:
+        _selective_transients(selective_record, [units[p] for p in index],
+                              outside, least_glue)
     # The engine's steps are the units' beginnings: the last unit cannot
     # be released before its own backward (the head runs in between).
     units[-1]["offloadable"] = False
@@ -71,6 +79,43 @@ def make_profile(r, selective_record, clock, selective, kinds=None):
                   "offloadable": False})
     return {"units": units, "peak": r["peak"], "outside": outside,
             "head": head_bytes}, index
+
+
+def _held(r):
+    """(left, saved, glue) per unit of one record: what its forward left
+    at its end, what it leaves once the next unit begins (at least 1), and
+    what the code before it leaves (0 where that frees bytes instead)."""
+    n = len(r["before"])
+    left = [r["after"][i] - r["before"][i] for i in range(n)]
+    gap = [0] + [r["before"][i] - r["after"][i - 1] for i in range(1, n)] + [0]
+    saved = [max(left[i] + min(gap[i + 1], 0), 1) for i in range(n)]
+    return [max(b, 0) for b in left], saved, [max(g, 0) for g in gap[:n]]
+
+
+def _so_far(saved, glue, least_glue):
+    """Per unit: the bytes held from the first unit's start to its end."""
+    return [sum(saved[:i + 1]) + sum(g for g in glue[:i + 1] if g > least_glue)
+            for i in range(len(saved))]
+
+
+def _selective_transients(selective, units, outside, least_glue):
+    """Sets each selective unit's selective transients (engine/unit_cost.h)
+    from the selective profile iteration, where it ran selectively: its
+    forward's peak above what is on device with its kept bytes, and its
+    backward's above that with what its re-run re-creates. (On the issue's
+    Llama: 352 MiB in the forward where kept units hold 192, and 736 MiB
+    in the backward where they hold 416; on eager Llama 1.7 and 3.8 GB
+    beside 0.7 and 2.4 GB.)"""
+    _, held, glue = _held(selective)
+    so_far = _so_far(held, glue, least_glue)
+    for i, u in enumerate(units):
+        if not u.get("selective") or selective["fwd_end"][i] is None:
+            continue
+        u["selective_forward_transient_bytes"] = max(
+            selective["forward_peak"][i] - outside - so_far[i], 0)
+        recreated = u["saved_bytes"] - u["selective_bytes"]
+        u["selective_backward_transient_bytes"] = max(
+            selective["backward_peak"][i] - outside - so_far[i] - recreated, 0)
 
 
 def unit_kind(unit):

@@ -10,6 +10,7 @@ import torch
 
 import actoffload
 from actoffload import _common, budget, budget_profile
+from actoffload.probe import Clock
 from budget_testing import (UNIT, Decoder, ScriptedProbe, kept_trial, make, profile,
                             seeded_step)
 from models import assert_identical
@@ -299,6 +300,47 @@ def test_units_of_one_structure_share_their_median_times():
     assert len({u["forward_ns"] for u in units}) == 1, units
     assert len({u["backward_ns"] for u in units[1:]}) == 1, units
     assert len({u["recompute_ns"] for u in units}) == 1, units
+
+
+def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
+    # By hand, bytes above the step's start, host clock (ns). Kept (first
+    # record): each unit's forward leaves 100, but the code after unit 1
+    # frees 20 of it before unit 2 begins (a Hugging Face layer's input,
+    # which the layer does not save, goes when the model's loop moves on):
+    # unit 1 holds 80 from then on, and its re-run, what it left at its end.
+    clock = Clock(False)
+    kept = {"base": 0, "before": [10, 110, 190], "after": [110, 210, 290],
+            "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 290],
+            "bwd": [800, 600, 400], "end": 1000, "forward_peak": [130, 230, 310],
+            "backward_peak": [150, 240, 330], "head_peak": 330,
+            "bwd_allocated": [150, 200, 290], "peak": 330}
+    # Selective (second record): each keeps 40; its stretches' peaks hold
+    # the cheap ops' outputs in the forward, the re-run's temporaries in the
+    # backward.
+    selective = {"base": 0, "before": [10, 50, 90], "after": [50, 90, 130],
+                 "input": [5, 5, 5], "fwd": [0, 110, 220], "fwd_end": [100, 210, 320],
+                 "bwd": [940, 720, 500], "end": 1200, "forward_peak": [80, 120, 170],
+                 "backward_peak": [200, 230, 260], "head_peak": 170,
+                 "bwd_allocated": [0, 0, 130], "peak": 260}
+    profiled, index = budget_profile.make_profile(kept, selective, clock, [True] * 3)
+    units = [profiled["units"][i] for i in index]
+    assert profiled["outside"] == 10
+    assert [u["saved_bytes"] for u in units] == [100, 80, 100]
+    assert [u["recompute_bytes"] for u in units] == [100, 100, 100]
+    assert [u["forward_transient_bytes"] for u in units] == [20, 40, 20]
+    assert [u["backward_transient_bytes"] for u in units] == [40, 50, 40]
+    assert [u["selective_bytes"] for u in units] == [40, 40, 40]
+    # 80 - 10 - 40, 120 - 10 - 80, 170 - 10 - 120; and above the re-run's
+    # re-created bytes (saved less kept): 200 - 10 - 40 - 60, ...
+    assert [u["selective_forward_transient_bytes"] for u in units] == [30, 30, 40]
+    assert [u["selective_backward_transient_bytes"] for u in units] == [90, 100, 70]
+    # The model then predicts each profile iteration's own peak.
+    def predicted(choice):
+        plan = _common.ext().evaluate_joint(profiled["units"], 1.0, 1.0, 1 << 40,
+                                            choice + ["keep"], False)
+        return plan["peak_bytes"] + profiled["outside"]
+    assert predicted(["keep"] * 3) == kept["peak"]
+    assert predicted(["selective"] * 3) == selective["peak"]
 
 
 class _Watched:

@@ -24,8 +24,9 @@ namespace py = pybind11;
 
 // A unit from a dict with UnitCost's field names (missing ones are 0,
 // offloadable true; forward_transient_bytes, backward_transient_bytes and
-// selective recompute's selective, selective_bytes and selective_ns are
-// optional too: absent, the unit is not selective).
+// selective recompute's selective, selective_bytes, selective_ns and
+// selective transients are optional too: absent, the unit is not
+// selective).
 offload::UnitCost UnitOf(const py::dict& d) {
   auto get = [&](const char* key) -> py::object {
     return d.contains(key) ? d[key] : py::object(py::int_(0));
@@ -44,6 +45,10 @@ offload::UnitCost UnitOf(const py::dict& d) {
   u.selective = d.contains("selective") ? d["selective"].cast<bool>() : false;
   u.selective_bytes = get("selective_bytes").cast<int64_t>();
   u.selective_ns = get("selective_ns").cast<double>();
+  u.selective_forward_transient_bytes =
+      get("selective_forward_transient_bytes").cast<int64_t>();
+  u.selective_backward_transient_bytes =
+      get("selective_backward_transient_bytes").cast<int64_t>();
   return u;
 }
 
@@ -63,6 +68,9 @@ py::dict UnitDict(const offload::UnitCost& u) {
   d["selective"] = u.selective;
   d["selective_bytes"] = u.selective_bytes;
   d["selective_ns"] = u.selective_ns;
+  d["selective_forward_transient_bytes"] = u.selective_forward_transient_bytes;
+  d["selective_backward_transient_bytes"] =
+      u.selective_backward_transient_bytes;
   return d;
 }
 
