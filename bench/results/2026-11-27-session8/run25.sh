@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Issue 30, session 8: the issue's Llama again (second run).
+cd "$(dirname "$0")/snap"
+export PYTHONPATH=$PWD/python ACTOFFLOAD_BUILD_DIR=$PWD/python/build MAX_JOBS=16 CUBLAS_WORKSPACE_CONFIG=:4096:8
+nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/device.txt
+timeout 380 python -m actoffload.budget_bench --models llama --hidden 4096 --seq 8192 --vocab 8192 --ffn 2.75 --fractions 0.6,0.41,0.3 --steps 8 --out /tmp/b2 > $OUT/bench.txt 2>&1
+echo "bench rc $?" >> $OUT/bench.txt
+grep -v Warn $OUT/bench.txt | grep -v "^  " | tail -12; cp /tmp/b2/* $OUT/ 2>/dev/null
+grep -hE "warm-up|measured above" $OUT/plans-*.txt
