@@ -21,7 +21,10 @@
 //    (pinned buffers allocated) does not count, the least step and the
 //    highest peak of the others are its trial. The first trial of a plan
 //    that offloads fits the copy bandwidths to its step (Calibrate). Then
-//    the fastest trial that fits the budget is kept, its peak checked in
+//    the fastest trial that fits the budget is kept (of those whose plan
+//    does no more work than another's that fits: each unit's choice at
+//    most the other's, keep < offload and keep < selective < recompute;
+//    see also JointRaceOptions::offload_tie), its peak checked in
 //    the next checked_iterations (but where a faster trial is over the
 //    budget, the units' budget is lowered to its predicted peak less its
 //    excess and the race runs again, the fitting trials kept: see

@@ -159,19 +159,31 @@ class CheckpointedDecoder(Decoder):
         return self.head(x)
 
 
+def _more_work(a, b):
+    """Whether choice `a` does more work than `b` (another choice, each
+    unit's at least b's: keep < offload, keep < selective < recompute)."""
+    return a != b and all(x == y or y == "keep" or (y, x) == ("selective", "recompute")
+                          for x, y in zip(a, b))
+
+
 def kept_trial(trials, budget):
     """The trial the race keeps among (step, peak, plan) trials: the
-    fastest within `budget`, but one that offloads only where it is more
-    than 1% faster than the fastest that does not
+    fastest within `budget` of those whose plan does no more work than
+    another's within it, but one that offloads only where it is more than
+    1% faster than the fastest such that does not
     (JointRaceOptions::offload_tie)."""
+    def fastest(fits):
+        least = [t for t in fits
+                 if not any(_more_work(t[2]["choice"], u[2]["choice"]) for u in fits)]
+        return min(least, key=lambda t: t[0])
     fits = [t for t in trials if t[1] <= budget]
-    fastest = min(fits, key=lambda t: t[0])
+    best = fastest(fits)
     plain = [t for t in fits if "offload" not in t[2]["choice"]]
-    if "offload" in fastest[2]["choice"] and plain:
-        simplest = min(plain, key=lambda t: t[0])
-        if fastest[0] >= simplest[0] * (1 - 0.01):
+    if "offload" in best[2]["choice"] and plain:
+        simplest = fastest(plain)
+        if best[0] >= simplest[0] * (1 - 0.01):
             return simplest
-    return fastest
+    return best
 
 
 def seeded_step(model, x, ctx=None):
