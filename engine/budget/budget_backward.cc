@@ -184,9 +184,15 @@ int64_t BudgetPolicy::ResidentNow() const {
       if (!unit.watch.expired()) bytes += unit.bytes;
       continue;
     }
+    // A unit whose reloaded memory the plan freed (released, or back to
+    // its host copy alone) still holds it while the caller holds a popped
+    // view: autograd drops a saved tensor once the node that read it has
+    // run, which may come after the plan's free.
     const GroupState state = groups_[i]->state();
-    if (state != GroupState::kOffloadFinished &&
-        state != GroupState::kReleased) {
+    const bool views_held = i < live_views_.size() && live_views_[i] > 0;
+    if ((state != GroupState::kOffloadFinished &&
+         state != GroupState::kReleased) ||
+        views_held) {
       bytes += unit.bytes;
     }
   }

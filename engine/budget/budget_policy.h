@@ -142,7 +142,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   void OnViewDropped(int unit, uint64_t iteration);
   // Offloadable bytes on device now: units not offloaded that someone still
   // holds, and offloaded units whose device memory is held (not yet
-  // released in the forward, reloaded, or kept on device).
+  // released in the forward, reloaded, or kept on device; or freed by the
+  // plan while the caller still holds a popped view of it).
   int64_t ResidentNow() const;
   bool planned() const { return plan_.has_value() && !diverged_; }
   Status CheckPush(const std::string& what) const;
