@@ -361,6 +361,45 @@ TEST_F(BudgetOffloadTest, DroppingAPoppedTensorFreesItAndStartsTheNextReload) {
   EXPECT_EQ(sim_.device_memory().live_bytes, 0);
 }
 
+// Autograd drops a saved tensor once the node that read it has run, which
+// may come after the next engine call: the plan's free of its unit then
+// leaves its memory held. A reload due at that call waits for the drop
+// where it would not fit beside it (SPEC §6.2: never the budget); the
+// drop starts it. Six layers of one tensor, a budget of two: layer 3's
+// popped tensor is held through BackwardStep(2), where layer 1's reload is
+// due; dropped after it, layer 1 comes back before its own pop.
+TEST_F(BudgetOffloadTest, ADueReloadWaitsForAPoppedTensorHeldPastItsFree) {
+  ASSERT_OK_AND_ASSIGN(auto off,
+                       Offloader::Create(sim_, SixLayersBudgetOfTwo()));
+  for (int it = 1; it <= 2; ++it) {
+    std::vector<SavedTensor> saved;
+    ASSERT_NO_FATAL_FAILURE(PushOnePerLayer(*off, sim_, it, saved));
+    Tensor late;  // layer 3's, held past BackwardStep(2) in iteration 2
+    for (int l = 5; l >= 0; --l) {
+      ASSERT_OK(off->BackwardStep(l));
+      if (it == 2 && l == 2) {
+        EXPECT_EQ(off->state(1), GroupState::kOffloadFinished);
+        late = Tensor();
+        EXPECT_EQ(off->state(1), GroupState::kReloadStarted);
+      }
+      Tensor x;
+      ASSERT_NO_FATAL_FAILURE(PopAndRead(*off, sim_, it, l, saved, x));
+      if (it == 2 && l == 3) late = x;
+    }
+    ASSERT_OK(off->FinishBackward());
+    if (it == 1) {
+      sim_.RunUntilIdle();
+      sim_.ResetPeaks();
+    }
+  }
+  sim_.RunUntilIdle();
+  EXPECT_EQ(off->stats().bytes_reloaded, 4 * kTensorBytes);
+  EXPECT_LE(sim_.device_memory().peak_bytes, 2 * kTensorBytes);
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+  EXPECT_THAT(off->diagnostics().warnings(), IsEmpty());
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
+}
+
 // A popped tensor may outlive its iteration and the Offloader: dropping it
 // then does nothing but give its memory back.
 TEST_F(BudgetOffloadTest, PoppedTensorsMayOutliveTheIterationAndTheOffloader) {

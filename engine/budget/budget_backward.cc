@@ -42,6 +42,12 @@ Status BudgetPolicy::RunReloads(int call) {
       }
       if (resident < 0) resident = ResidentNow();
       if (resident + bytes > budget_) break;
+    } else if (planned() && ViewsHeldPastFree()) {
+      // Due, but the plan's frees at this call left memory held by popped
+      // views: where it does not fit beside them, the last view's drop
+      // starts it (OnViewDropped), or its first pop does.
+      if (resident < 0) resident = ResidentNow();
+      if (resident + bytes > budget_) break;
     }
     if (unit < static_cast<int>(units_.size()) && units_[unit].offloaded &&
         groups_[unit]->state() == GroupState::kOffloadFinished) {
@@ -197,6 +203,18 @@ int64_t BudgetPolicy::ResidentNow() const {
     }
   }
   return bytes;
+}
+
+bool BudgetPolicy::ViewsHeldPastFree() const {
+  for (size_t i = 0; i < units_.size() && i < live_views_.size(); ++i) {
+    if (!units_[i].offloaded || live_views_[i] == 0) continue;
+    const GroupState state = groups_[i]->state();
+    if (state == GroupState::kOffloadFinished ||
+        state == GroupState::kReleased) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Tensor BudgetPolicy::PoppedView(Tensor tensor, int unit) {

@@ -145,6 +145,9 @@ class BudgetPolicy final : public OffloaderPolicy {
   // released in the forward, reloaded, or kept on device; or freed by the
   // plan while the caller still holds a popped view of it).
   int64_t ResidentNow() const;
+  // Whether the plan freed an offloaded unit whose popped view the caller
+  // still holds (its memory stays until the view is dropped).
+  bool ViewsHeldPastFree() const;
   bool planned() const { return plan_.has_value() && !diverged_; }
   Status CheckPush(const std::string& what) const;
   // The unit `tensor` (pushed by push call `push`) belongs to: the last one
@@ -164,9 +167,10 @@ class BudgetPolicy final : public OffloaderPolicy {
   // whose units ended early).
   Status CloseUnits();
   // Starts reloads in the plan's order: each one the plan puts at or
-  // before backward call `call` (`call` < 0: none), and then each that fits
-  // in the budget now (ResidentNow). Errors: a reload that failed (kept
-  // for a retry).
+  // before backward call `call` (`call` < 0: none; one that does not fit
+  // beside memory popped views still hold after the plan freed it,
+  // ViewsHeldPastFree, waits), and then each that fits in the budget now
+  // (ResidentNow). Errors: a reload that failed (kept for a retry).
   Status RunReloads(int call);
   StatusOr<Tensor> PopOne(const SavedTensor& saved);
   // The errors a Pop of `saved` would return, found before the call runs
