@@ -57,6 +57,19 @@ JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
                    {0, 1, 2, 3}, options);
 }
 
+// FourUnits' units, recompute only (checkpointing), with `margin`; no new
+// race for a faster plan over the budget.
+JointRace CheckpointOnlyFourUnits(int64_t budget, double margin) {
+  JointRaceOptions options;
+  options.margin = margin;
+  options.fit_excess = false;
+  options.prune = kNoPrune;
+  options.lowerings = 0;
+  return JointRace(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, 0,
+                   /*allow_offload=*/false, /*allow_recompute=*/true,
+                   {0, 1, 2, 3}, options);
+}
+
 // Runs the plan in force runs_per_candidate times: first a run of 1 ns and
 // no peak (one that would win every race, were it counted), then `step`
 // and `peak`. What the last run changed.
@@ -175,14 +188,8 @@ TEST(JointRaceTest, APlanThatOffloadsIsKeptOnlyWhereItIsClearlyFaster) {
 // (the race's noise at its worst): the kept plan is one no other fitting
 // trial does less work than, where the fastest was one that did more.
 TEST(JointRaceTest, APlanDoingMoreWorkThanAnotherThatFitsIsNotKept) {
-  JointRaceOptions options;
-  options.margin = 0.05;  // checkpointing's own is raced with and without it
-  options.fit_excess = false;
-  options.prune = kNoPrune;
-  options.lowerings = 0;
-  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, 680, 0,
-                 /*allow_offload=*/false, /*allow_recompute=*/true,
-                 {0, 1, 2, 3}, options);
+  // Checkpointing's own is raced with and without the margin.
+  JointRace race = CheckpointOnlyFourUnits(680, 0.05);
   ASSERT_OK(race.Start());
   while (!race.settled()) {
     const std::string c = Choices(race.plan());
@@ -583,14 +590,7 @@ TEST(JointRaceTest, ACandidatePredictedClearlySlowerThanAFittingTrialIsSkipped) 
 // (660) do; without the margin one does. Both run, and the faster, measured
 // within the budget, is kept.
 TEST(JointRaceTest, CheckpointingWithoutTheMarginIsRacedWhereItNeedsAUnitLess) {
-  JointRaceOptions options;
-  options.margin = 0.1;
-  options.fit_excess = false;
-  options.prune = kNoPrune;
-  options.lowerings = 0;
-  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, 1000, 0,
-                 /*allow_offload=*/false, /*allow_recompute=*/true,
-                 {0, 1, 2, 3}, options);
+  JointRace race = CheckpointOnlyFourUnits(1000, 0.1);
   ASSERT_OK(race.Start());
   EXPECT_EQ(race.units_budget(), 900);
   std::vector<std::string> plans = {Choices(race.plan())};
