@@ -104,8 +104,8 @@ def _selective_transients(selective, units, outside, least_glue):
     forward's peak above what is on device with its kept bytes, and its
     backward's above that with what its re-run re-creates. (On the issue's
     Llama: 352 MiB in the forward where kept units hold 192, and 736 MiB
-    in the backward where they hold 416; on eager Llama 1.7 and 3.8 GB
-    beside 0.7 and 2.4 GB.)"""
+    in the backward where they hold 416; on eager Llama 2.3 and 3.7 GiB
+    beside 0.7 and 2.4.)"""
     _, held, glue = _held(selective)
     so_far = _so_far(held, glue, least_glue)
     for i, u in enumerate(units):
