@@ -6,8 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/plan/joint_model.h"
+
 namespace offload {
 namespace {
+
+using joint_internal::BackwardTransient;
+using joint_internal::ForwardBytes;
+using joint_internal::ForwardTransient;
+using joint_internal::RecreatedBytes;
+using joint_internal::ReRunNs;
+using joint_internal::ReRuns;
 
 std::string Bytes(int64_t b) { return std::to_string(b) + " bytes"; }
 
@@ -26,49 +35,10 @@ bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
   return false;
 }
 
-// The bytes unit `u` saves in the forward under `c` (not offloaded).
-int64_t ForwardBytes(const UnitCost& u, UnitChoice c) {
-  if (c == UnitChoice::kRecompute) return u.input_bytes;
-  if (c == UnitChoice::kSelective) return u.selective_bytes;
-  return u.saved_bytes;
-}
-
-// What its backward needs whole (saved plus re-created bytes), and the
-// time its re-run adds.
+// What its backward needs whole: what it saved in the forward and what
+// its re-run re-creates (selective: selective_bytes and the rest).
 int64_t WholeBytes(const UnitCost& u, UnitChoice c) {
-  if (c == UnitChoice::kRecompute) return u.input_bytes + u.recompute_bytes;
-  return u.saved_bytes;  // selective: selective_bytes + the rest re-created
-}
-
-// At its forward's peak, above ForwardBytes; at its backward's, above
-// WholeBytes (joint_plan.h's model: the larger of the transients that
-// apply to the choice).
-int64_t ForwardTransient(const UnitCost& u, UnitChoice c) {
-  return c == UnitChoice::kSelective
-             ? std::max(u.forward_transient_bytes,
-                        u.selective_forward_transient_bytes)
-             : u.forward_transient_bytes;
-}
-
-int64_t BackwardTransient(const UnitCost& u, UnitChoice c) {
-  if (c == UnitChoice::kKeep || c == UnitChoice::kOffload) {
-    return u.backward_transient_bytes;
-  }
-  const int64_t most =
-      std::max(u.backward_transient_bytes, u.forward_transient_bytes);
-  return c == UnitChoice::kSelective
-             ? std::max(most, u.selective_backward_transient_bytes)
-             : most;
-}
-
-double ReRunNs(const UnitCost& u, UnitChoice c) {
-  if (c == UnitChoice::kRecompute) return u.recompute_ns;
-  if (c == UnitChoice::kSelective) return u.selective_ns;
-  return 0;
-}
-
-bool ReRuns(UnitChoice c) {
-  return c == UnitChoice::kRecompute || c == UnitChoice::kSelective;
+  return ForwardBytes(u, c) + RecreatedBytes(u, c);
 }
 
 // Where a choice does not fit: the unit, the bytes it needs on device at

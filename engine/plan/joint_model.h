@@ -1,6 +1,8 @@
-// Private to the joint plan's library (engine/plan/joint_plan.h): the model's
-// per-unit rules shared by its evaluation (joint_model.cc, EvaluateJoint)
-// and its searches (joint_plan.cc, PlanJoint and SmallestJointBudget).
+// Private to the joint plan's library (engine/plan/joint_plan.h) and its
+// limit (joint_limit.h): the model's per-unit rules shared by its
+// evaluation (joint_model.cc, EvaluateJoint), its searches (joint_plan.cc,
+// PlanJoint and SmallestJointBudget) and the limit's bound, which counts
+// bytes as the model does. Not for callers.
 
 #ifndef OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
 #define OFFLOAD_ENGINE_PLAN_JOINT_MODEL_H_
