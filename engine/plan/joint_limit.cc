@@ -14,11 +14,16 @@ namespace {
 using joint_internal::BackwardTransient;
 using joint_internal::ForwardBytes;
 using joint_internal::ForwardTransient;
+using joint_internal::HostBytes;
 using joint_internal::RecreatedBytes;
 using joint_internal::ReRunNs;
 using joint_internal::ReRuns;
 
 std::string Bytes(int64_t b) { return std::to_string(b) + " bytes"; }
+
+constexpr UnitChoice kChoices[] = {
+    UnitChoice::kKeep, UnitChoice::kOffload, UnitChoice::kRecompute,
+    UnitChoice::kSelective, UnitChoice::kSelectiveOffload};
 
 bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
   switch (c) {
@@ -31,8 +36,19 @@ bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
     case UnitChoice::kSelective:
       return p.allow_recompute && p.units[unit].recomputable &&
              p.units[unit].selective;
+    case UnitChoice::kSelectiveOffload:
+      return p.allow_recompute && p.units[unit].recomputable &&
+             p.units[unit].selective && p.allow_offload &&
+             p.units[unit].offloadable;
   }
   return false;
+}
+
+// The bytes it sends to host under `c`: none unless offloaded.
+int64_t OutBytes(const UnitCost& u, UnitChoice c) {
+  const bool out =
+      c == UnitChoice::kOffload || c == UnitChoice::kSelectiveOffload;
+  return out ? HostBytes(u, c) : 0;
 }
 
 // What its backward needs whole: what it saved in the forward and what
@@ -72,7 +88,7 @@ class Bounder {
     const UnitCost& u = p_.units[i];
     choice_[i] = c;
     held_[i + 1] = held_[i] + ForwardBytes(u, c);
-    out_[i + 1] = out_[i] + (c == UnitChoice::kOffload ? u.saved_bytes : 0);
+    out_[i + 1] = out_[i] + OutBytes(u, c);
     // Bytes that must be out by F_i: what exceeds the budget at unit i's
     // peak (all its bytes and its transient).
     const int64_t peak = held_[i + 1] + ForwardTransient(u, c);
@@ -198,8 +214,7 @@ class Search {
       if (bounder_.Backward(&step, &misfit)) Consider(step, recomputed, offloaded);
       return;
     }
-    for (UnitChoice c : {UnitChoice::kKeep, UnitChoice::kOffload,
-                         UnitChoice::kRecompute, UnitChoice::kSelective}) {
+    for (UnitChoice c : kChoices) {
       if (!Allowed(p_, i, c)) continue;
       Misfit misfit;
       if (!bounder_.Forward(i, c, &misfit)) continue;
@@ -214,7 +229,7 @@ class Search {
         continue;
       }
       Visit(i + 1, recomputed + ReRuns(c),
-            offloaded + (c == UnitChoice::kOffload ? u.saved_bytes : 0), r);
+            offloaded + OutBytes(u, c), r);
     }
   }
 
@@ -261,8 +276,7 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
   int64_t choices = 1;
   for (int i = 0; i < n; ++i) {
     int allowed = 0;
-    for (UnitChoice c : {UnitChoice::kKeep, UnitChoice::kOffload,
-                         UnitChoice::kRecompute, UnitChoice::kSelective}) {
+    for (UnitChoice c : kChoices) {
       allowed += Allowed(p, i, c);
     }
     choices *= allowed;
@@ -270,7 +284,7 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
   if (choices > kJointLimitMaxChoices) {
     return InvalidArgumentError(
         "joint limit: " + std::to_string(choices) + " choices of the " +
-        std::to_string(n) + " units (selective ones have four), more than "
+        std::to_string(n) + " units (selective ones have four, five where offloadable), more than "
         "the " + std::to_string(kJointLimitMaxChoices) +
         " its exact search takes");
   }
@@ -283,7 +297,7 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
     if (p.allow_recompute &&
         std::any_of(p.units.begin(), p.units.end(),
                     [](const UnitCost& u) { return u.selective; })) {
-      allowed += "/selective";
+      allowed += p.allow_offload ? "/selective/selective-offload" : "/selective";
     }
     return ResourceExhaustedError(
         "joint limit: no " + allowed + " choice of the " + std::to_string(n) +

@@ -1,6 +1,6 @@
 // The limit of the joint plan (SPEC §4.8; issue 30, item 4): the least step
-// time that ANY keep / offload / recompute / selective choice of a
-// JointProblem's units
+// time that ANY keep / offload / recompute / selective / selective-offload
+// choice of a JointProblem's units
 // can have under its budget, by ANY schedule of copies. PlanJoint's
 // predicted step (engine/plan/joint_plan.h) can never beat it; the gap between
 // the two is what a better planner could still win. Pure C++, no solver.
@@ -17,7 +17,8 @@
 // recomputed or selective unit's re-run: the larger of its two), as
 // PlanJoint counts them.
 // An offloaded unit's bytes all go to host and all come back before its
-// backward; copies are fluid (any rate up to d2h_gbps / h2d_gbps, GB/s =
+// backward (a selective-offload one's selective bytes but its input:
+// HostBytes, joint_model.h); copies are fluid (any rate up to d2h_gbps / h2d_gbps, GB/s =
 // 1e9 B/s = 1 B/ns, one engine each way, overlapping compute and each
 // other); a byte is copied out only once produced, and back only once out.
 // At every instant the bytes on device (kept, recomputed inputs, offloaded
@@ -55,7 +56,8 @@
 // their least solution (a longest path, one pass) gives the bound.
 //
 // The limit is the exact minimum of that bound over every allowed choice
-// (3^n of them, 4 per unit that may be selective): a depth-first search
+// (3^n of them, 4 per unit that may be selective, 5 where it may be
+// offloaded too): a depth-first search
 // over units in forward order that skips a prefix whose forward already
 // cannot fit, or whose forward end plus the least remaining compute is
 // above the best step found. At most kJointLimitMaxUnits units and
@@ -73,7 +75,8 @@ namespace offload {
 
 // The most units JointLimit searches (3^14, about 4.8 million choices),
 // and the most choices (the product over units of the choices each
-// allows: 14 units without selective, 11 all selective).
+// allows: 14 units without selective, 11 all selective, 9 all
+// selective-offload).
 inline constexpr int kJointLimitMaxUnits = 14;
 inline constexpr int64_t kJointLimitMaxChoices = 4782969;  // 3^14
 

@@ -275,13 +275,17 @@ TEST(JointLimitTest, SelectiveUnitsWorkedByHand) {
   EXPECT_THAT(limit.choice, ::testing::Not(::testing::Contains(S)));
 }
 
-// Four choices per selective unit: 12 of them are more than the search
-// takes (4^12 > 3^14), 11 are not.
+// Five choices per selective unit that may be offloaded: 10 of them are
+// more than the search takes (5^10 > 3^14), 9 are not; without offloading,
+// three (keep, recompute, selective): 12 are not.
 TEST(JointLimitTest, TooManyChoicesAreRefused) {
-  EXPECT_THAT(JointLimit(SelectiveStack(12, 1.0, 300 * 6)),
+  EXPECT_THAT(JointLimit(SelectiveStack(10, 1.0, 300 * 6)),
               StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("16777216 choices of the 12 units")));
-  EXPECT_OK(JointLimit(SelectiveStack(11, 1.0, 300 * 6)).status());
+                       HasSubstr("9765625 choices of the 10 units")));
+  EXPECT_OK(JointLimit(SelectiveStack(9, 1.0, 300 * 6)).status());
+  JointProblem twelve = SelectiveStack(12, 1.0, 300 * 6);
+  twelve.allow_offload = false;
+  EXPECT_OK(JointLimit(twelve).status());
 }
 
 // The most units the search takes, with a budget that forces a mix: it

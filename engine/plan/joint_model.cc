@@ -15,7 +15,10 @@ using joint_internal::BackwardTransient;
 using joint_internal::Bytes;
 using joint_internal::ForwardBytes;
 using joint_internal::ForwardTransient;
+using joint_internal::HostBytes;
+using joint_internal::IsSelective;
 using joint_internal::RecreatedBytes;
+using joint_internal::Releasable;
 using joint_internal::ReRunNs;
 using joint_internal::ReRuns;
 using joint_internal::UnitName;
@@ -30,6 +33,8 @@ const char* UnitChoiceName(UnitChoice c) {
       return "recompute";
     case UnitChoice::kSelective:
       return "selective";
+    case UnitChoice::kSelectiveOffload:
+      return "selective-offload";
   }
   return "?";
 }
@@ -107,9 +112,9 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     return InvalidArgumentError("joint plan: " + std::to_string(choice.size()) +
                                 " choices for " + std::to_string(n) + " units");
   }
-  // rerun[i]: kRecompute, kSelective or (neither) kKeep.
+  // rerun[i]: kRecompute, kSelective, kSelectiveOffload or (none) kKeep.
   std::vector<UnitChoice> rerun(n, UnitChoice::kKeep);
-  std::vector<int64_t> need(n);
+  std::vector<int64_t> need(n), host(n);
   for (int i = 0; i < n; ++i) {
     const UnitCost& u = p.units[i];
     if (choice[i] == UnitChoice::kRecompute &&
@@ -119,14 +124,20 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
                                   (p.allow_recompute ? "not recomputable"
                                                      : "recompute not allowed"));
     }
-    if (choice[i] == UnitChoice::kSelective &&
-        (!u.selective || !p.allow_recompute)) {
+    if (IsSelective(choice[i]) && (!u.selective || !p.allow_recompute)) {
       return InvalidArgumentError(
           "joint plan, " + UnitName(i) + ": selective but " +
           (p.allow_recompute ? "not selective" : "recompute not allowed"));
     }
+    if (choice[i] == UnitChoice::kSelectiveOffload &&
+        (!u.offloadable || !p.allow_offload)) {
+      return InvalidArgumentError(
+          "joint plan, " + UnitName(i) + ": selective-offload but " +
+          (p.allow_offload ? "not offloadable" : "offload not allowed"));
+    }
     if (ReRuns(choice[i])) rerun[i] = choice[i];
     need[i] = ForwardBytes(u, rerun[i]);
+    host[i] = HostBytes(u, rerun[i]);
   }
   JointPlan plan;
   plan.choice = rerun;
@@ -153,7 +164,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
         need[i] + ForwardTransient(p.units[i], rerun[i]);
     while (resident + own > p.budget && p.allow_offload) {
       while (next_candidate < i &&
-             (ReRuns(rerun[next_candidate]) || released[next_candidate] ||
+             (!Releasable(rerun[next_candidate]) || released[next_candidate] ||
               !p.units[next_candidate].offloadable)) {
         ++next_candidate;
       }
@@ -164,7 +175,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
                   : 0.0;
       released[next_candidate] = true;
       release_during[i].push_back({next_candidate, std::min(at, 1.0)});
-      resident -= need[next_candidate];
+      resident -= host[next_candidate];
     }
     if (resident + own > p.budget) {
       return exhausted("in the forward", i, resident);
@@ -186,9 +197,9 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     extra.assign(n, 0);
     reload_slot.assign(n, -1);
     for (int i = 0; i < n; ++i) {
-      if (!released[i]) {
-        for (int s = 0; s <= slot_of(i); ++s) mem[s] += need[i];
-      }
+      // Until its backward: all it saved, or what stays of a released one.
+      const int64_t stays = released[i] ? need[i] - host[i] : need[i];
+      for (int s = 0; s <= slot_of(i); ++s) mem[s] += stays;
       mem[slot_of(i)] += RecreatedBytes(p.units[i], rerun[i]);
       extra[slot_of(i)] = BackwardTransient(p.units[i], rerun[i]);
     }
@@ -204,7 +215,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     int first_slot = 0;
     for (int u = n - 1; u >= 0; --u) {
       if (!released[u]) continue;
-      const int64_t bytes = p.units[u].saved_bytes;
+      const int64_t bytes = host[u];
       int slot = -1;
       for (int s = first_slot; s <= slot_of(u) && slot < 0; ++s) {
         int64_t most = 0;  // the highest peak it would sit next to
@@ -227,7 +238,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   // forward, and the same ones at most for the backward).
   for (Status fits = place_backward(); !fits.ok(); fits = place_backward()) {
     while (next_candidate < n - 1 &&
-           (ReRuns(rerun[next_candidate]) || released[next_candidate] ||
+           (!Releasable(rerun[next_candidate]) || released[next_candidate] ||
             !p.units[next_candidate].offloadable)) {
       ++next_candidate;
     }
@@ -243,8 +254,12 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
   }
   for (int i = 0; i < n; ++i) {
     if (released[i]) {
-      plan.choice[i] = UnitChoice::kOffload;
-      plan.offloaded_bytes += p.units[i].saved_bytes;
+      plan.choice[i] = rerun[i] == UnitChoice::kSelectiveOffload
+                           ? UnitChoice::kSelectiveOffload
+                           : UnitChoice::kOffload;
+      plan.offloaded_bytes += host[i];
+    } else if (rerun[i] == UnitChoice::kSelectiveOffload) {
+      plan.choice[i] = UnitChoice::kSelective;  // kept on device
     }
   }
 
@@ -269,7 +284,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     t += (1.0 - done) * forward;
     if (released[i]) {
       d2h_free = std::max(std::max(d2h_free, start) +
-                              double(p.units[i].saved_bytes) / p.d2h_gbps,
+                              double(host[i]) / p.d2h_gbps,
                           t);
       d2h_done[i] = d2h_free;
     }
@@ -289,7 +304,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     for (int v = n - 1; v >= 0; --v) {
       if (reload_slot[v] != s) continue;
       h2d_free = std::max({h2d_free, t, d2h_done[v]}) +
-                 double(p.units[v].saved_bytes) / p.h2d_gbps;
+                 double(host[v]) / p.h2d_gbps;
       reload_done[v] = h2d_free;
     }
     const int u = n - 1 - s;
@@ -300,7 +315,7 @@ StatusOr<JointPlan> EvaluateJoint(const JointProblem& p,
     t += p.units[u].backward_ns + ReRunNs(p.units[u], rerun[u]);
     if (rerun[u] == UnitChoice::kRecompute) {
       plan.recompute_ns += p.units[u].recompute_ns;
-    } else if (rerun[u] == UnitChoice::kSelective) {
+    } else if (IsSelective(rerun[u])) {
       plan.selective_ns += p.units[u].selective_ns;
     }
   }

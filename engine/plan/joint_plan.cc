@@ -1,13 +1,3 @@
-#include "engine/plan/joint_plan.h"
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <limits>
-#include <string>
-#include <vector>
-
 // The joint plan's searches (engine/plan/joint_plan.h): PlanJoint,
 // SmallestJointBudget, and the plan's checks and table. The model's
 // prediction of one choice is in joint_model.cc.
@@ -17,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -60,7 +51,8 @@ bool Better(const JointPlan& a, ReRunCount a_count, const JointPlan& b,
 
 // What PlanJoint may choose per recomputable unit: none (kKeep: kept or
 // offloaded by the forward rule), kRecompute, and kSelective where the unit
-// allows it. Each assignment is one of those per candidate.
+// allows it, kSelectiveOffload too where it may also be offloaded. Each
+// assignment is one of those per candidate.
 class Assignments {
  public:
   explicit Assignments(const JointProblem& p) : n_(p.units.size()) {
@@ -70,6 +62,9 @@ class Assignments {
       candidates_.push_back(i);
       kinds_.push_back({UnitChoice::kKeep, UnitChoice::kRecompute});
       if (p.units[i].selective) kinds_.back().push_back(UnitChoice::kSelective);
+      if (p.units[i].selective && p.units[i].offloadable && p.allow_offload) {
+        kinds_.back().push_back(UnitChoice::kSelectiveOffload);
+      }
       if (count_ <= kJointExhaustiveAssignments) {
         count_ *= static_cast<int64_t>(kinds_.back().size());
       }
@@ -98,7 +93,7 @@ class Assignments {
   }
 
   const std::vector<int>& candidates() const { return candidates_; }
-  // The re-run kinds (kRecompute, maybe kSelective) of candidate b.
+  // The re-run kinds (kRecompute, maybe the selective ones) of candidate b.
   std::vector<UnitChoice> ReRunKinds(int b) const {
     return {kinds_[b].begin() + 1, kinds_[b].end()};
   }

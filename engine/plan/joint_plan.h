@@ -17,15 +17,17 @@
 //    forward runs; at its peak it also holds forward_transient_bytes (when
 //    selective, selective_forward_transient_bytes if larger), so saved plus
 //    transient must fit in the budget next to what is on device. Where they would not, the earliest
-//    offloadable units not yet released and not recomputed (fully or
-//    selectively) are released,
+//    offloadable units not yet released and not re-run (fully or
+//    selectively; but for kSelectiveOffload ones) are released,
 //    earliest first (the byte budget's rule, engine/plan/budget_plan.h),
 //    and the compute stream waits there for their copies to host: at the
 //    fraction of the forward where what is on device plus the part of saved
 //    plus transient produced so far reaches the budget. After the forward
 //    only the saved bytes stay (the transient is gone). A released unit's
 //    copy runs at d2h_gbps from its forward's start (after the copies
-//    queued before it) and ends no earlier than its forward.
+//    queued before it) and ends no earlier than its forward. It copies its
+//    saved bytes or, kSelectiveOffload, its selective_bytes less its
+//    input_bytes, which stay on device (its checkpoint holds its input).
 //  - Backward. A recomputed unit holds recompute_bytes more while its
 //    backward runs and takes recompute_ns longer; a selective one holds
 //    saved_bytes - selective_bytes more (what its cheap ops re-create) and
@@ -58,8 +60,13 @@
 
 namespace offload {
 
-enum class UnitChoice { kKeep, kOffload, kRecompute, kSelective };
-// "keep", "offload", "recompute", "selective".
+// kSelectiveOffload: selective, and its saved bytes (but for its input,
+// which its re-run reads) go to host and come back before its backward, as
+// an offloaded unit's do: fewer bytes to copy for the re-run of its cheap
+// ops. As an input to EvaluateJoint, a selective unit the forward rule may
+// release; in a plan, one it released (one it did not is kSelective).
+enum class UnitChoice { kKeep, kOffload, kRecompute, kSelective, kSelectiveOffload };
+// "keep", "offload", "recompute", "selective", "selective-offload".
 const char* UnitChoiceName(UnitChoice c);
 
 struct JointProblem {
@@ -94,15 +101,20 @@ struct JointPlan {
   bool Recompute(int unit) const {
     return choice[unit] == UnitChoice::kRecompute;
   }
+  // Whether the unit is selective (its saved bytes offloaded or not).
   bool Selective(int unit) const {
-    return choice[unit] == UnitChoice::kSelective;
+    return choice[unit] == UnitChoice::kSelective ||
+           choice[unit] == UnitChoice::kSelectiveOffload;
   }
 };
 
-// Assignments of {none, recompute, selective} to the recomputable units
+// Assignments of {none, recompute, selective, selective-offload where the
+// unit is offloadable and the problem allows offloading} to the
+// recomputable units
 // that PlanJoint and SmallestJointBudget try one by one; with more they
 // search greedily (PlanJoint) or binary-search PlanJoint (the budget).
-// 2^16: sixteen units without selective, ten with.
+// 2^16: sixteen units without selective, ten with, eight with
+// selective-offload too.
 inline constexpr int64_t kJointExhaustiveAssignments = 65536;
 
 // The plan with the least predicted step time among those that fit the
@@ -111,8 +123,9 @@ inline constexpr int64_t kJointExhaustiveAssignments = 65536;
 // recompute changes what the backward holds), then to fewer offloaded
 // bytes, then to fewer fully recomputed units (selective over full: less
 // re-run work to mispredict).
-// It tries every assignment of {none, recompute, selective where the unit
-// allows it} to the recomputable units when there are at most
+// It tries every assignment of {none, recompute, selective and
+// selective-offload where the unit allows them} to the recomputable units
+// when there are at most
 // kJointExhaustiveAssignments; with more, it grows the set greedily one
 // unit per round (the unit and kind, full or selective, giving the least
 // step) from none to all, keeps the best plan seen (every unit re-run in
@@ -135,12 +148,15 @@ StatusOr<JointPlan> PlanJoint(const JointProblem& problem);
 // Errors: kInvalidArgument for a malformed problem (the budget aside).
 StatusOr<int64_t> SmallestJointBudget(const JointProblem& problem);
 
-// The prediction for the given choice: only kRecompute and kSelective
-// matter (kept and offloaded units follow from the forward rule above).
+// The prediction for the given choice: only kRecompute, kSelective and
+// kSelectiveOffload matter (kept and offloaded units follow from the
+// forward rule above, as do selective units released or not).
 // Errors: kInvalidArgument for a malformed problem, a choice of another
 //   size, a recomputed unit that is not recomputable, a selective one that
 //   is not selective, or either where the problem does not allow
-//   recompute (naming the unit); kResourceExhausted naming the unit where
+//   recompute (naming the unit), a selective-offload one that is not
+//   offloadable or where the problem does not allow offloading;
+//   kResourceExhausted naming the unit where
 //   the budget does not fit.
 StatusOr<JointPlan> EvaluateJoint(const JointProblem& problem,
                                   const std::vector<UnitChoice>& choice);

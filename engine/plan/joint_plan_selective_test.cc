@@ -177,6 +177,86 @@ TEST(JointPlanTest, ASelectiveUnitIsNeverOffloaded) {
   EXPECT_EQ(plan.offloaded_bytes, 300);
 }
 
+// Selective-offload: a selective unit whose kept bytes, but its input,
+// go to host. SelectiveStack(3, 0.5, 650) keeping 100 bytes (30 of them
+// its input) in 40 ns; copies at 0.5 bytes per ns.
+//  - {selective-offload, K, K}: forward 100 + 300, and unit 2's 300 make
+//    700 > 650: the forward rule releases unit 0 (the earliest it may),
+//    whose 70 bytes leave in 140 ns, long before unit 2 needs the room
+//    (at 200 + 250/300 of 100 ns). Peak 30 + 300 + 300 = 630.
+//  - Backward: unit 2 with 630; unit 0's 70 bytes come back during unit
+//    1's (330 + 70 = 400; during unit 2's, 700 would not fit), from 500 to
+//    640, before unit 0's backward (700): 30 + 70 + 200 re-created = 300.
+//    Step 900 + 40 = 940.
+//  - Selective alone, unit 1 (kept) goes instead: 300 bytes from 100 to
+//    700, and unit 2 waits for them. Offloading unit 0 whole: 600 ns,
+//    stalls too; recompute: 1000; units 0 and 1 selective: 980. PlanJoint
+//    picks selective-offload; without offloading, {S, S, K}.
+//  - With room to spare, the rule releases nothing and the unit is
+//    selective, kept on device.
+TEST(JointPlanTest, ASelectiveOffloadUnitSendsItsKeptBytesButItsInput) {
+  JointProblem p = SelectiveStack(3, 0.5, 650, /*kept=*/100, /*ns=*/40);
+  const UnitChoice SO = UnitChoice::kSelectiveOffload;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, EvaluateJoint(p, {SO, K, K}));
+  EXPECT_THAT(plan.choice, ElementsAre(SO, K, K));
+  EXPECT_TRUE(plan.Selective(0));
+  EXPECT_EQ(plan.offloaded_bytes, 70);
+  EXPECT_EQ(plan.peak_bytes, 630);
+  EXPECT_EQ(plan.released_during[0], 2);
+  EXPECT_EQ(plan.reloaded_during[0], 1);
+  EXPECT_DOUBLE_EQ(plan.stall_ns, 0);
+  EXPECT_DOUBLE_EQ(plan.selective_ns, 40);
+  EXPECT_DOUBLE_EQ(plan.step_ns, 940);
+  EXPECT_OK(ValidateJointPlan(plan, p));
+  EXPECT_THAT(FormatJointPlan(plan, p), HasSubstr("selective-offload"));
+
+  ASSERT_OK_AND_ASSIGN(JointPlan kept, EvaluateJoint(p, {S, K, K}));
+  EXPECT_THAT(kept.choice, ElementsAre(S, O, K));
+  EXPECT_GT(kept.stall_ns, 0);
+  ASSERT_OK_AND_ASSIGN(JointPlan best, PlanJoint(p));
+  EXPECT_THAT(best.choice, ElementsAre(SO, K, K));
+  EXPECT_DOUBLE_EQ(best.step_ns, 940);
+  // The limit counts the same 70 bytes out and back: no choice beats it.
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_LE(limit.step_ns, best.step_ns);
+  EXPECT_GE(limit.step_ns, 900);
+  ASSERT_OK_AND_ASSIGN(double bound, JointChoiceBound(p, {SO, K, K}));
+  EXPECT_DOUBLE_EQ(bound, 940);
+
+  JointProblem no_offload = p;
+  no_offload.allow_offload = false;
+  ASSERT_OK_AND_ASSIGN(best, PlanJoint(no_offload));
+  EXPECT_THAT(best.choice, ElementsAre(S, S, K));
+  EXPECT_DOUBLE_EQ(best.step_ns, 980);
+
+  p.budget = 10000;
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {SO, K, K}));
+  EXPECT_THAT(plan.choice, ElementsAre(S, K, K));
+  EXPECT_EQ(plan.offloaded_bytes, 0);
+  EXPECT_OK(ValidateJointPlan(plan, p));
+}
+
+TEST(JointPlanTest, ASelectiveOffloadUnitMustBeOffloadable) {
+  JointProblem p = SelectiveStack(2, 1.0, 600);
+  const UnitChoice SO = UnitChoice::kSelectiveOffload;
+  p.units[0].offloadable = false;
+  EXPECT_THAT(EvaluateJoint(p, {SO, K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: selective-offload but not "
+                                 "offloadable")));
+  EXPECT_THAT(JointChoiceBound(p, {SO, K}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("unit 0: selective-offload is not allowed")));
+  p = SelectiveStack(2, 1.0, 600);
+  p.allow_offload = false;
+  EXPECT_THAT(EvaluateJoint(p, {K, SO}).status().message(),
+              HasSubstr("unit 1: selective-offload but offload not allowed"));
+  p = SelectiveStack(2, 1.0, 600);
+  p.units[1].selective = false;
+  EXPECT_THAT(EvaluateJoint(p, {K, SO}).status().message(),
+              HasSubstr("unit 1: selective but not selective"));
+}
+
 TEST(JointPlanTest, MalformedSelectiveUnitsAreRefused) {
   JointProblem p = SelectiveStack(2, 1.0, 600);
   p.units[1].selective_bytes = 0;
@@ -215,12 +295,13 @@ TEST(JointPlanTest, FormatShowsSelective) {
   EXPECT_THAT(text, HasSubstr("recompute 0.000 ms, selective 0.000 ms)"));
 }
 
-// Ten units that may be selective: 3^10 assignments, all tried; eleven:
-// the greedy search, which tries both kinds per unit (and, its first rounds
-// adding the roomiest, full re-runs, then turns them selective). Both find
-// plans that fit, faster than without selective. Ten and eleven units
-// re-run 5 and 7 selectively (300 x 11 - 240 x 7 <= 1650), nothing in
-// full; of 24, the greedy rounds leave some full re-runs (no swap fits).
+// Ten, eleven and 24 units that may be selective (and selective-offload:
+// 4^10 assignments, more than PlanJoint tries one by one): the greedy
+// search, which tries every kind per unit (and, its first rounds adding
+// the roomiest, full re-runs, then turns them selective). It finds plans
+// that fit, faster than without selective. Ten and eleven units re-run
+// only selectively; of 24, the greedy rounds leave some full re-runs (no
+// swap fits).
 TEST(JointPlanTest, SelectiveUnitsInBothSearches) {
   for (int units : {10, 11, 24}) {
     JointProblem p = SelectiveStack(units, 0.1, 300 * units / 2);

@@ -38,10 +38,11 @@ const RaceTrial& Lowest(const std::vector<RaceTrial>& trials) {
 
 // Whether a unit choice `x` does at least the work of `y`: keep does the
 // least; offload adds copies; selective re-runs the cheap ops, recompute
-// the whole forward.
+// the whole forward; selective-offload copies what selective keeps.
 bool NoLessWork(UnitChoice x, UnitChoice y) {
   return x == y || y == UnitChoice::kKeep ||
-         (y == UnitChoice::kSelective && x == UnitChoice::kRecompute);
+         (y == UnitChoice::kSelective && (x == UnitChoice::kRecompute ||
+                                          x == UnitChoice::kSelectiveOffload));
 }
 
 // Whether plan `a` does more work than `b` (another choice, each unit's at
@@ -114,13 +115,14 @@ const RaceTrial* FasterOver(const std::vector<RaceTrial>& trials,
   return faster;
 }
 
-// How many units of `plan` have each choice: recomputed, selective, offloaded.
+// How many units of `plan` have each choice: recomputed, selective (its
+// saved bytes offloaded or not), offloaded.
 std::array<double, 3> Counts(const JointPlan& plan) {
   std::array<double, 3> n = {0, 0, 0};
   for (UnitChoice c : plan.choice) {
     if (c == UnitChoice::kRecompute) n[0] += 1;
-    if (c == UnitChoice::kSelective) n[1] += 1;
-    if (c == UnitChoice::kOffload) n[2] += 1;
+    if (c == UnitChoice::kSelective || c == UnitChoice::kSelectiveOffload) n[1] += 1;
+    if (c == UnitChoice::kOffload || c == UnitChoice::kSelectiveOffload) n[2] += 1;
   }
   return n;
 }

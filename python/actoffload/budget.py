@@ -26,7 +26,8 @@ before the forward. Its life:
      Where the torch version has selective-checkpoint policies, a second
      profile iteration runs every recomputable unit selectively
      (recompute.py): the bytes each then saves and the time its backward
-     gains are its figures for the fourth choice, "selective".
+     gains are its figures for the fourth choice, "selective", and the
+     fifth, "selective-offload" (selective, its saved outputs offloaded).
   2. Plan: the engine's joint planner (_C.plan_joint, engine/plan/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -34,7 +35,8 @@ before the forward. Its life:
   3. Run: recomputed units run under torch.utils.checkpoint (non-reentrant,
      RNG state preserved); offloaded units are the engine's layers, with a
      schedule table (SPEC §4.2) releasing and reloading them where the
-     plan's model does.
+     plan's model does; a selective-offload unit is both (recompute.py
+     hands the outputs its checkpoint saves to the engine's loop).
   4. Warm up: the joint plan and, as candidates, the recompute-only and
      offload-only plans and checkpointing's own choice for the same budget
      (those the model predicts more than PRUNE slower left out) each run
@@ -104,6 +106,10 @@ def find_units(layers, granularity):
     return units
 
 
+# The plan's choices whose units the engine offloads.
+_OFFLOADED = ("offload", "selective-offload")
+
+
 def schedule_for(plan, index):
     """The schedule table (SPEC §4.2) of the units' engine layers, as the
     plan's model moves them; index[u] is unit u's place in the plan (glue
@@ -116,7 +122,7 @@ def schedule_for(plan, index):
     n = len(index)
     table = {}
     for unit, place in enumerate(index):
-        if plan["choice"][place] != "offload":
+        if plan["choice"][place] not in _OFFLOADED:
             continue
         during = plan["released_during"][place]
         release = next((u for u, q in enumerate(index) if q >= during), n - 1) + 1
@@ -256,7 +262,7 @@ class JointBudget:
         """After begin_forward: whether this forward needs nothing of the
         engine (LEAN): not measured, and the plan offloads no unit."""
         return (LEAN and self.plan is not None and self._record is None
-                and "offload" not in self.plan["choice"])
+                and not any(c in _OFFLOADED for c in self.plan["choice"]))
 
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the
@@ -411,8 +417,14 @@ class JointBudget:
 
     def checkpoints(self, index):
         """How unit `index` runs in the context's forward now, as the plan
-        says: "recompute", "selective" (under checkpoint) or None."""
+        says: "recompute", "selective", "selective-offload" (under
+        checkpoint) or None."""
         return self._forwards.checkpoints(index)
+
+    def loop(self):
+        """The engine's loop in force (a selective-offload unit's saved
+        outputs go through it)."""
+        return self.owner.offloader
 
     def predicted_step(self, plan):
         """The model's step for the plan's choice, in ns, with the copy
@@ -434,9 +446,10 @@ class JointBudget:
             return None
         choices = 1
         for u in self.profile["units"]:
-            choices *= (1 + (self.allow_offload and u.get("offloadable", True))
-                        + (self.allow_recompute and u["recomputable"])
-                        + (self.allow_recompute and u.get("selective", False)))
+            offload = self.allow_offload and u.get("offloadable", True)
+            selective = self.allow_recompute and u.get("selective", False)
+            choices *= (1 + offload + (self.allow_recompute and u["recomputable"])
+                        + selective + (selective and offload))
         if choices > 3 ** 14:
             return None
         d2h, h2d = self.bandwidths

@@ -179,7 +179,8 @@ def joint(model, ids, budget, granularity, steps, reference):
 
 
 def short_plan(choice):
-    return "".join({"keep": "K", "offload": "O", "recompute": "R", "selective": "S"}[c]
+    return "".join({"keep": "K", "offload": "O", "recompute": "R", "selective": "S",
+                    "selective-offload": "Q"}[c]
                    for c in choice)
 
 

@@ -5,11 +5,15 @@ so, and the unit's own forward elsewhere. A unit is recomputed whole
 the torch version has selective-checkpoint policies: the outputs of its
 costly ops, matmuls and attention, are saved beside its input, and only the
 cheap ops between them, norms, activation functions, softmax, residual
-sums, run again before its backward)."""
+sums, run again before its backward). A selective unit may also be
+offloaded ("selective-offload"): the outputs it saves go to host through
+the budget's engine loop and come back before its re-run."""
 
+import copy
 import functools
 
 import torch
+import torch.utils._pytree
 import torch.utils.checkpoint
 
 from . import _common
@@ -84,13 +88,72 @@ class _Rerun:
         return self.mode.__exit__(*exc)
 
 
-def _selective_contexts():
+class _Offloaded(_Replayed):
+    """The saved outputs of one op in one selective-offload unit: each
+    tensor in them goes to the engine's loop (its pack, as the unit's
+    saved tensors do: the loop's layer schedule moves it to host and back)
+    as PyTorch's forward mode stores it, and comes back from the loop's
+    unpack at each re-run that reads it."""
+
+    def __init__(self, loop):
+        super().__init__()
+        self.loop = loop
+
+    def append(self, item):
+        list.append(self, torch.utils._pytree.tree_map(self._pack, item))
+
+    def pop(self, index=-1):
+        return torch.utils._pytree.tree_map(self._unpack, _Replayed.pop(self, index))
+
+    def _pack(self, leaf):
+        if isinstance(leaf, torch.Tensor):
+            return _Packed(None, self.loop.pack(leaf))
+        field = _tensor_field(leaf)
+        if field is None:
+            return leaf  # not a tensor: stays as it is
+        return _Packed(leaf, self.loop.pack(getattr(leaf, field)))
+
+    def _unpack(self, leaf):
+        if not isinstance(leaf, _Packed):
+            return leaf
+        tensor = self.loop.unpack(leaf.packed)  # the loop checks its version
+        if leaf.wrapper is None:
+            return tensor
+        wrapper = copy.copy(leaf.wrapper)
+        setattr(wrapper, _tensor_field(leaf.wrapper), tensor)
+        if hasattr(wrapper, "version"):
+            wrapper.version = tensor._version
+        return wrapper
+
+
+class _Packed:
+    """A saved output the loop took: (PyTorch's wrapper of it, or None for
+    a bare tensor; what the loop's pack returned)."""
+
+    __slots__ = ("wrapper", "packed")
+
+    def __init__(self, wrapper, packed):
+        self.wrapper, self.packed = wrapper, packed
+
+
+def _tensor_field(wrapper):
+    """The attribute of PyTorch's wrapper of a saved output that holds the
+    tensor ("val" in torch 2.4 to 2.11, "value" later), or None."""
+    for field in ("val", "value"):
+        if isinstance(getattr(wrapper, field, None), torch.Tensor):
+            return field
+    return None
+
+
+def _selective_contexts(loop=None):
     """torch.utils.checkpoint's context_fn for a selective unit: PyTorch's
     selective-checkpoint modes with the policy above, their shared storage
     made replayable (selective_available checks that it is a
-    defaultdict(list), as in torch 2.4 to 2.11)."""
+    defaultdict(list), as in torch 2.4 to 2.11) and, given the engine's
+    `loop`, offloaded through it (selective-offload)."""
     forward, rerun = torch.utils.checkpoint.create_selective_checkpoint_contexts(_policy)
-    forward.storage.default_factory = _Replayed
+    forward.storage.default_factory = (
+        _Replayed if loop is None else functools.partial(_Offloaded, loop))
     return forward, _Rerun(rerun, forward.storage)
 
 
@@ -134,7 +197,9 @@ def restore_forward(unit):
 class Checkpointed:
     """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
     RNG state preserved; with the selective policy above where the choice is
-    "selective") around the unit's own forward where its budget says so
+    "selective" or "selective-offload", whose saved outputs then go through
+    the budget's engine loop in force, `budget.loop()`) around the unit's own
+    forward where its budget says so
     (JointBudget.checkpoints) and, in a backward, as the forward it re-runs
     did (an outer checkpoint's re-run must save what the forward saved); the
     unit's own forward elsewhere."""
@@ -152,6 +217,9 @@ class Checkpointed:
             return self.forward(*args, **kwargs)
         if self.checkpointed == "selective":
             kwargs = dict(kwargs, context_fn=_selective_contexts)
+        elif self.checkpointed == "selective-offload":
+            kwargs = dict(kwargs, context_fn=functools.partial(
+                _selective_contexts, self.budget.loop()))
         return torch.utils.checkpoint.checkpoint(
             _RerunWithoutCaches(self.forward), *args, use_reentrant=False, **kwargs)
 
@@ -201,7 +269,7 @@ class UnitForwards:
         self.wrappers = {}           # unit index -> its Checkpointed forward
         self.compiled_wrappers = {}  # unit index -> its checkpointed_forward
         self._compiled_own = {}  # in the forward: index -> what `forward` was
-        self._choices = {}       # in the forward: index -> "recompute" or "selective"
+        self._choices = {}  # in the forward: index -> "recompute", "selective", "selective-offload"
         self._in_forward = False
 
     def take_others_off(self):
@@ -215,7 +283,8 @@ class UnitForwards:
 
     def install(self, choices):
         """The context's forward begins: unit i runs as choices[i] says
-        ("keep", "offload", "recompute" or "selective")."""
+        ("keep", "offload", "recompute", "selective" or
+        "selective-offload")."""
         self._in_forward = True
         self._choices = {}
         for index, choice in enumerate(choices):
@@ -227,7 +296,7 @@ class UnitForwards:
                     index, checkpointed_forward(unit.forward))
                 self._compiled_own[index] = unit.__dict__.get("forward")
                 unit.forward = wrapper
-            elif choice in ("recompute", "selective"):
+            elif choice in ("recompute", "selective", "selective-offload"):
                 self._choices[index] = choice
                 if unit.__dict__.get("forward") is not self.wrappers.get(index, False):
                     self.wrappers[index] = Checkpointed(self.budget, index, unit.forward)
@@ -246,5 +315,6 @@ class UnitForwards:
         self._compiled_own = {}
 
     def checkpoints(self, index):
-        """"recompute", "selective" or None: how unit `index` runs now."""
+        """"recompute", "selective", "selective-offload" or None: how unit
+        `index` runs now."""
         return self._choices.get(index) if self._in_forward else None

@@ -54,7 +54,8 @@ class ScriptedProbe:
             if not torch.is_grad_enabled() or _common.in_backward():
                 return  # a recompute's re-run: its bytes are the backward's
             ran = getattr(module.__dict__.get("forward"), "checkpointed", None)
-            left = self.selective_bytes if ran == "selective" else self.unit_bytes
+            left = (self.selective_bytes if ran in ("selective", "selective-offload")
+                    else self.unit_bytes)
             self.now += left
             self.held.append((index, left))
             self.top = max(self.top, self.now)
@@ -161,9 +162,11 @@ class CheckpointedDecoder(Decoder):
 
 def _more_work(a, b):
     """Whether choice `a` does more work than `b` (another choice, each
-    unit's at least b's: keep < offload, keep < selective < recompute)."""
-    return a != b and all(x == y or y == "keep" or (y, x) == ("selective", "recompute")
-                          for x, y in zip(a, b))
+    unit's at least b's: keep < offload, keep < selective < recompute,
+    selective < selective-offload)."""
+    return a != b and all(x == y or y == "keep" or (y, x) in (
+        ("selective", "recompute"), ("selective", "selective-offload"))
+        for x, y in zip(a, b))
 
 
 def kept_trial(trials, budget):
@@ -178,12 +181,28 @@ def kept_trial(trials, budget):
         return min(least, key=lambda t: t[0])
     fits = [t for t in trials if t[1] <= budget]
     best = fastest(fits)
-    plain = [t for t in fits if "offload" not in t[2]["choice"]]
-    if "offload" in best[2]["choice"] and plain:
+    def copies(t):
+        return any(c in ("offload", "selective-offload") for c in t[2]["choice"])
+    plain = [t for t in fits if not copies(t)]
+    if copies(best) and plain:
         simplest = fastest(plain)
         if best[0] >= simplest[0] * (1 - 0.01):
             return simplest
     return best
+
+
+def forced_plan(budget, choices):
+    """The budget's plan with unit u's choice choices[u] where given (once
+    its warm-up is over, the plan it runs): an offloaded unit released as
+    the next unit begins and reloaded as its own backward begins."""
+    plan = {key: list(value) if isinstance(value, list) else value
+            for key, value in budget.plan.items()}
+    for unit, choice in choices.items():
+        place = budget._index[unit]
+        plan["choice"][place] = choice
+        plan["released_during"][place] = place
+        plan["reloaded_during"][place] = place
+    return plan
 
 
 def seeded_step(model, x, ctx=None):

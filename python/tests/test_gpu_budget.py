@@ -118,6 +118,36 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
     assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes)
 
 
+@pytest.mark.skipif(not actoffload.recompute.selective_available(),
+                    reason="needs torch >= 2.4 (selective checkpoint)")
+def test_selective_offload_units_hold_less_and_stay_bit_identical():
+    # Layers 0..2 selective, then selective-offload (their saved matmul
+    # outputs to host and back through the engine, their inputs kept for
+    # the re-run): every step bit-identical to no offloading, and the
+    # step's peak lower by at least half of what they send to host.
+    from budget_testing import forced_plan
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = build(hidden=1024, layers=4).to(torch.bfloat16)
+    ids = torch.randint(0, 1000, (2, 2048), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    loss, grads, _ = step(model, ids)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
+    joint = ctx.joint_budget
+    while joint.measuring:
+        step(model, ids, ctx)
+    peaks = {}
+    for choice in ("selective", "selective-offload"):
+        joint._apply(forced_plan(joint, {0: choice, 1: choice, 2: choice, 3: "keep"}))
+        for _ in range(3):
+            got_loss, got_grads, peaks[choice] = step(model, ids, ctx)
+            assert torch.equal(loss, got_loss), choice
+            assert all(torch.equal(a, b) for a, b in zip(grads, got_grads)), choice
+    units = [joint.profile["units"][joint._index[i]] for i in range(3)]
+    sent = sum(u["selective_bytes"] - u["input_bytes"] for u in units)
+    assert peaks["selective-offload"] <= peaks["selective"] - sent // 2, (peaks, sent)
+
+
 @pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="needs torch >= 2.2")
 @pytest.mark.parametrize("attention,allow_offload,fraction", [
     ("eager", True, 0.7), ("eager", False, 0.5), ("eager", True, 0.45), ("sdpa", True, 0.6)])

@@ -9,7 +9,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from actoffload import budget_profile, recompute
-from budget_testing import UNIT, Decoder, Layer, make, profile, seeded_step
+from budget_testing import (UNIT, Decoder, Layer, forced_plan, make, profile,
+                            seeded_step)
 from models import assert_identical
 
 pytestmark = pytest.mark.skipif(not recompute.selective_available(),
@@ -119,3 +120,45 @@ def test_no_selective_choice_where_recompute_is_not_allowed():
     budget = ctx.joint_budget
     assert all("selective" not in u for u in budget.profile["units"])
     assert "selective" not in budget.unit_choices(budget.plan)
+
+
+def test_a_selective_offload_unit_sends_its_saved_outputs_through_the_engine():
+    # Units 0 and 1 selective, their saved matmul outputs offloaded: the
+    # engine's loop copies them out and back (its bytes_offloaded), the step
+    # stays bit-identical, twice with retain_graph too, and a unit only
+    # selective copies nothing.
+    model = Decoder(layers=4)
+    x = torch.randn(2, 16, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.9, selective_bytes=UNIT // 4)
+    profile(model, x, ctx, reference)
+    budget = ctx.joint_budget
+    while budget.measuring:
+        seeded_step(model, x, ctx)
+    copied = {}
+    for choice in ("selective", "selective-offload"):
+        budget._apply(forced_plan(budget, {0: choice, 1: choice, 2: "keep", 3: "keep"}))
+        assert budget.unit_choices(budget.plan)[:2] == [choice, choice]
+        before = ctx.offloader.stats()["bytes_offloaded"]
+        for _ in range(2):
+            assert_identical(reference, seeded_step(model, x, ctx))
+        copied[choice] = ctx.offloader.stats()["bytes_offloaded"] - before
+    assert copied["selective"] == 0
+    # Each layer's matmul outputs: qkv (3 x 8 KiB), the scores, attention
+    # times v, out, up (32 KiB), down; two layers, two steps.
+    assert copied["selective-offload"] >= 2 * 2 * (3 + 1 + 1 + 4 + 1) * 8192, copied
+
+    def grads(ctx):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        if ctx is None:
+            loss = model(x).square().sum()
+        else:
+            with ctx:
+                loss = model(x).square().sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+    plain = grads(None)
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads(ctx)))
+

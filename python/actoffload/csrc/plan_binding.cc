@@ -78,7 +78,8 @@ py::dict UnitDict(const offload::UnitCost& u) {
 offload::UnitChoice ChoiceOf(const std::string& name) {
   for (offload::UnitChoice c :
        {offload::UnitChoice::kKeep, offload::UnitChoice::kOffload,
-        offload::UnitChoice::kRecompute, offload::UnitChoice::kSelective}) {
+        offload::UnitChoice::kRecompute, offload::UnitChoice::kSelective,
+        offload::UnitChoice::kSelectiveOffload}) {
     if (name == offload::UnitChoiceName(c)) return c;
   }
   throw py::value_error("unknown unit choice '" + name +
@@ -303,7 +304,8 @@ void BindJointPlan(py::module& m) {
       },
       "EvaluateJoint: the plan (dict) for the given choice, or None when it "
       "does not fit the budget. `recompute`: per unit a bool (recomputed in "
-      "full) or a choice's name (keep, offload, recompute, selective; keep "
+      "full) or a choice's name (keep, offload, recompute, selective, "
+      "selective-offload; keep "
       "and offload follow from the budget)",
       py::arg("units"), py::arg("d2h_gbps"), py::arg("h2d_gbps"),
       py::arg("budget"), py::arg("recompute"), py::arg("allow_offload") = true);
