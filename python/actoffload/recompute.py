@@ -107,11 +107,15 @@ class _Offloaded(_Replayed):
 
     def _pack(self, leaf):
         if isinstance(leaf, torch.Tensor):
-            return _Packed(None, self.loop.pack(leaf))
+            return _Packed(None, None, self.loop.pack(leaf))
         field = _tensor_field(leaf)
         if field is None:
             return leaf  # not a tensor: stays as it is
-        return _Packed(leaf, self.loop.pack(getattr(leaf, field)))
+        packed = self.loop.pack(getattr(leaf, field))
+        # The wrapper lets go of the tensor: the loop's copy is then the
+        # only reference, and its device memory goes when the copy is out.
+        setattr(leaf, field, None)
+        return _Packed(leaf, field, packed)
 
     def _unpack(self, leaf):
         if not isinstance(leaf, _Packed):
@@ -120,20 +124,21 @@ class _Offloaded(_Replayed):
         if leaf.wrapper is None:
             return tensor
         wrapper = copy.copy(leaf.wrapper)
-        setattr(wrapper, _tensor_field(leaf.wrapper), tensor)
+        setattr(wrapper, leaf.field, tensor)
         if hasattr(wrapper, "version"):
             wrapper.version = tensor._version
         return wrapper
 
 
 class _Packed:
-    """A saved output the loop took: (PyTorch's wrapper of it, or None for
-    a bare tensor; what the loop's pack returned)."""
+    """A saved output the loop took: PyTorch's wrapper of it without it
+    (None for a bare tensor), the wrapper's field that held it, and what
+    the loop's pack returned."""
 
-    __slots__ = ("wrapper", "packed")
+    __slots__ = ("wrapper", "field", "packed")
 
-    def __init__(self, wrapper, packed):
-        self.wrapper, self.packed = wrapper, packed
+    def __init__(self, wrapper, field, packed):
+        self.wrapper, self.field, self.packed = wrapper, field, packed
 
 
 def _tensor_field(wrapper):

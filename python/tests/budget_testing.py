@@ -195,12 +195,14 @@ def forced_plan(budget, choices):
     """The budget's plan with unit u's choice choices[u] where given (once
     its warm-up is over, the plan it runs): an offloaded unit released as
     the next unit begins and reloaded as its own backward begins."""
+    def place_after(unit):
+        return budget._index[unit + 1] if unit + 1 < len(budget._index) else len(budget.plan["choice"]) - 1
     plan = {key: list(value) if isinstance(value, list) else value
             for key, value in budget.plan.items()}
     for unit, choice in choices.items():
         place = budget._index[unit]
         plan["choice"][place] = choice
-        plan["released_during"][place] = place
+        plan["released_during"][place] = place_after(unit)
         plan["reloaded_during"][place] = place
     return plan
 
