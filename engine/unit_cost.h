@@ -38,9 +38,17 @@ struct UnitCost {
   // gradients it computes). Neither stays after the unit ends.
   int64_t forward_transient_bytes = 0;
   int64_t backward_transient_bytes = 0;
+  // What a unit recomputed in full holds at its forward's peak above its
+  // input, where measured (at least; 0: nothing more than the forward
+  // transient above). Nothing of its forward is saved, but its
+  // intermediates live while it runs: 592 MiB on the Llama layer,
+  // where kept it holds 192 above all it saves. The model takes the larger
+  // of it and forward_transient_bytes (joint_model.h: ForwardTransient).
+  int64_t recompute_forward_transient_bytes = 0;
   // Selective recompute (a kind of recompute: needs `recomputable` and the
-  // problem's allow_recompute; never offloaded, its saved tensors live in
-  // the checkpoint's own storage). When chosen the unit saves
+  // problem's allow_recompute; its saved tensors live in the checkpoint's
+  // own storage, and go to host where the plan makes it selective-offload,
+  // engine/plan/joint_plan.h). When chosen the unit saves
   // selective_bytes (its input and the kept outputs; 0 < selective_bytes <=
   // saved_bytes) in the forward; before its backward it re-runs its cheap
   // ops in selective_ns (>= 0), re-creating saved_bytes - selective_bytes,

@@ -70,6 +70,10 @@ Status ValidateJointProblem(const JointProblem& p) {
       return bad("backward_transient_bytes must not be negative, got " +
                  std::to_string(u.backward_transient_bytes));
     }
+    if (u.recompute_forward_transient_bytes < 0) {
+      return bad("recompute_forward_transient_bytes must not be negative, "
+                 "got " + std::to_string(u.recompute_forward_transient_bytes));
+    }
     if (u.selective_forward_transient_bytes < 0 ||
         u.selective_backward_transient_bytes < 0) {
       return bad("selective transients must not be negative, got " +

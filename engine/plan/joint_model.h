@@ -64,6 +64,10 @@ inline int64_t RecreatedBytes(const UnitCost& u, UnitChoice c) {
 
 // What it holds for a moment at its forward's peak, above ForwardBytes.
 inline int64_t ForwardTransient(const UnitCost& u, UnitChoice c) {
+  if (c == UnitChoice::kRecompute) {
+    return std::max(u.forward_transient_bytes,
+                    u.recompute_forward_transient_bytes);
+  }
   if (IsSelective(c)) {
     return std::max(u.forward_transient_bytes,
                     u.selective_forward_transient_bytes);

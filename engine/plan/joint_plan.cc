@@ -244,6 +244,7 @@ int64_t RoomyBudget(const JointProblem& p) {
     most = std::max(
         most, recreated + std::max({u.forward_transient_bytes,
                                     u.backward_transient_bytes,
+                                    u.recompute_forward_transient_bytes,
                                     u.selective_forward_transient_bytes,
                                     u.selective_backward_transient_bytes}));
   }

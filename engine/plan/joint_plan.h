@@ -15,6 +15,7 @@
 //  - Forward. Unit i's saved bytes (saved_bytes, or input_bytes when
 //    recomputed, or selective_bytes when selective) arrive evenly while its
 //    forward runs; at its peak it also holds forward_transient_bytes (when
+//    recomputed, recompute_forward_transient_bytes if larger; when
 //    selective, selective_forward_transient_bytes if larger), so saved plus
 //    transient must fit in the budget next to what is on device. Where they would not, the earliest
 //    offloadable units not yet released and not re-run (fully or

@@ -167,6 +167,36 @@ TEST(JointPlanTest, ASelectiveUnitsOwnTransientsRaiseItsPeaks) {
               HasSubstr("unit 1: selective transients must not be negative"));
 }
 
+// A unit recomputed in full holds its intermediates while its forward
+// runs (measured by the PyTorch package in a profile iteration that
+// recomputes every unit: recompute_forward_transient_bytes). Stack(3, ...)
+// without offloading, K R K: unit 1 keeps its 30-byte input; with a
+// recomputed forward's transient of 450 its forward peaks at 300 + 30 +
+// 450 = 780, above unit 2's 630 and its backward's 300 + 30 + 270 = 600.
+// Kept, unit 1 ignores it (900 at unit 2). The limit counts it too.
+TEST(JointPlanTest, ARecomputedUnitsForwardTransientRaisesItsForwardPeak) {
+  JointProblem p = Stack(3, 1.0, 10000);
+  p.allow_offload = false;
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, EvaluateJoint(p, {K, R, K}));
+  EXPECT_EQ(plan.peak_bytes, 630);
+  p.units[1].recompute_forward_transient_bytes = 450;
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, R, K}));
+  EXPECT_EQ(plan.peak_bytes, 780);
+  ASSERT_OK_AND_ASSIGN(plan, EvaluateJoint(p, {K, K, K}));
+  EXPECT_EQ(plan.peak_bytes, 900);
+  p.budget = 779;
+  EXPECT_THAT(EvaluateJoint(p, {K, R, K}).status().message(),
+              HasSubstr("too small in the forward: unit 1"));
+  EXPECT_THAT(JointChoiceBound(p, {K, R, K}),
+              StatusIs(StatusCode::kResourceExhausted));
+  p.budget = 780;
+  EXPECT_OK(JointChoiceBound(p, {K, R, K}).status());
+  p.units[1].recompute_forward_transient_bytes = -1;
+  EXPECT_THAT(ValidateJointProblem(p).message(),
+              HasSubstr("unit 1: recompute_forward_transient_bytes must not be "
+                        "negative"));
+}
+
 // A selective unit is never released for room: budget 500 with copies of
 // 30 ns. Unit 2's 300 bytes beside units 0 and 1 make 660: unit 1,
 // selective (60 bytes), stays, and unit 0 goes to host.

@@ -82,7 +82,8 @@ inline JointProblem SelectiveStack(int units, double gbps, int64_t budget,
 
 // A random unit for the properties: up to `most_bytes` saved bytes, times
 // up to 2000 ns, recomputable or not, input bytes within its saved bytes
-// and re-created bytes up to a quarter above them; half of the recomputable
+// and re-created bytes up to a quarter above them, half of the recomputable
+// ones with a recomputed forward's transient up to `most_bytes`; half of the recomputable
 // ones may be selective (1 to saved_bytes kept, a re-run up to 1000 ns,
 // half of those with selective transients of up to `most_bytes`); half of
 // all hold transients of up to `most_bytes` in their forward and backward.
@@ -98,6 +99,10 @@ inline rc::Gen<UnitCost> GenUnitCost(int64_t most_bytes = 1000) {
     u.recompute_bytes =
         *rc::gen::inRange<int64_t>(0, u.saved_bytes + u.saved_bytes / 4 + 1);
     u.recompute_ns = *rc::gen::inRange(0, 1000);
+    if (u.recomputable && *rc::gen::arbitrary<bool>()) {
+      u.recompute_forward_transient_bytes =
+          *rc::gen::inRange<int64_t>(0, most_bytes + 1);
+    }
     if (u.recomputable && *rc::gen::arbitrary<bool>()) {
       u.selective = true;
       u.selective_bytes = *rc::gen::inRange<int64_t>(1, u.saved_bytes + 1);

@@ -28,6 +28,9 @@ before the forward. Its life:
      (recompute.py): the bytes each then saves and the time its backward
      gains are its figures for the fourth choice, "selective", and the
      fifth, "selective-offload" (selective, its saved outputs offloaded).
+     Where recompute is allowed, a last profile iteration recomputes every
+     unit in full: what each unit's forward then holds while it runs (its
+     intermediates, none saved) is its recompute_forward_transient_bytes.
   2. Plan: the engine's joint planner (_C.plan_joint, engine/plan/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -158,7 +161,7 @@ class JointBudget:
         self._retired = []  # loops whose graphs may still be alive
         self._forwards = recompute.UnitForwards(self, units)  # how the units run
         self._record = None  # this iteration's measurements while measuring
-        self._profiles = []  # the profile iterations' records (all, then selective)
+        self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._clock = None
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
@@ -250,7 +253,7 @@ class JointBudget:
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None,
-            "profile": self.plan is None, "selective": self._profiling_selective(),
+            "profile": self.plan is None, "kind": self._profiling(),
             # The profile's peaks, per stretch of the step (the allocator's
             # peak counter is read and reset at each unit's boundaries):
             # each unit's forward, the head (from the last unit's forward's
@@ -330,8 +333,8 @@ class JointBudget:
             return
         if record["profile"]:
             self._profiles.append(record)
-            if self._wants_selective_profile():
-                return  # the next iteration profiles the selective choice
+            if len(self._profiles) < len(self._profile_kinds()):
+                return  # the next iteration profiles the next kind
             self._make_profile(*self._profiles)
             self._start_race()
         elif self.plan is not None:
@@ -346,21 +349,34 @@ class JointBudget:
         return (self.allow_recompute and recompute.selective_available()
                 and not recompute.compiled(self.units[index]))
 
-    def _wants_selective_profile(self):
-        """After the first profile iteration: whether a second one runs the
-        recomputable units selectively."""
-        return len(self._profiles) == 1 and any(
-            self._selective_allowed(i) for i in range(len(self.units)))
+    def _profile_kinds(self):
+        """The profile iterations, in order: "all" (every unit kept), then,
+        where allowed, "selective" (every unit that may be, selectively)
+        and "recompute" (every unit recomputed in full: what its forward
+        holds while it runs)."""
+        kinds = ["all"]
+        if any(self._selective_allowed(i) for i in range(len(self.units))):
+            kinds.append("selective")
+        if self.allow_recompute:
+            kinds.append("recompute")
+        return kinds
 
-    def _profiling_selective(self):
-        return self.plan is None and len(self._profiles) == 1
+    def _profiling(self):
+        """The kind of profile iteration this forward is, or None once planned."""
+        if self.plan is not None:
+            return None
+        kinds = self._profile_kinds()
+        return kinds[min(len(self._profiles), len(kinds) - 1)]
 
-    def _make_profile(self, r, selective=None):
+    def _make_profile(self, *records):
         n = len(self.units)
+        by_kind = dict(zip(self._profile_kinds(), records))
+        r, selective = by_kind["all"], by_kind.get("selective")
         self.profile, self._index = budget_profile.make_profile(
             r, selective, self._clock,
             selective=[self._selective_allowed(i) for i in range(n)],
-            kinds=[budget_profile.unit_kind(u) for u in self.units])
+            kinds=[budget_profile.unit_kind(u) for u in self.units],
+            recompute_record=by_kind.get("recompute"))
         if self._budget_bytes is None:
             self._budget_bytes = int(self.budget_fraction * r["peak"])
 
@@ -402,11 +418,14 @@ class JointBudget:
         wrappers on the same units taken off first (only the budget in use
         decides how its units run)."""
         self._forwards.take_others_off()
-        if self.plan is None and not self._profiling_selective():
+        kind = self._profiling()
+        if self.plan is None and kind == "all":
             return
-        if self.plan is None:  # the selective profile iteration
+        if kind == "selective":
             choices = ["selective" if self._selective_allowed(i) else "keep"
                        for i in range(len(self.units))]
+        elif kind == "recompute":
+            choices = ["recompute"] * len(self.units)
         else:
             choices = self.unit_choices(self.plan)
         self._forwards.install(choices)

@@ -3,10 +3,12 @@ the units the engine's joint planner takes (engine/plan/joint_plan.h;
 engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place among them."""
 
 
-def make_profile(r, selective_record, clock, selective, kinds=None):
+def make_profile(r, selective_record, clock, selective, kinds=None,
+                 recompute_record=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
     offloaded or recomputed), `selective_record` the second's (the units
-    with selective[i] recomputed selectively) or None; every unit may be
+    with selective[i] recomputed selectively) or None, `recompute_record`
+    the last's (every unit recomputed in full) or None; every unit may be
     recomputed whole, and selective[i] says whether unit i may be
     selectively too; kinds[i] (optional)
     names unit i's structure (unit_kind): units of one kind share their
@@ -67,6 +69,9 @@ def make_profile(r, selective_record, clock, selective, kinds=None):
     if selective_record is not None:
         _selective_transients(selective_record, [units[p] for p in index],
                               outside, least_glue)
+    if recompute_record is not None:
+        _recompute_transients(recompute_record, [units[p] for p in index],
+                              outside, least_glue)
     # The engine's steps are the units' beginnings: the last unit cannot
     # be released before its own backward (the head runs in between).
     units[-1]["offloadable"] = False
@@ -116,6 +121,23 @@ def _selective_transients(selective, units, outside, least_glue):
         recreated = u["saved_bytes"] - u["selective_bytes"]
         u["selective_backward_transient_bytes"] = max(
             selective["backward_peak"][i] - outside - so_far[i] - recreated, 0)
+
+
+def _recompute_transients(recomputed, units, outside, least_glue):
+    """Sets each unit's recompute_forward_transient_bytes (engine/unit_cost.h)
+    from the profile iteration that recomputes every unit in full: its
+    forward's peak above what is on device with what it leaves. (On the
+    issue's Llama, H200: 592 MiB a layer, where the model had counted the
+    kept forward's 192; plans with recomputed units measured up to 400 MiB
+    over in the forward, 306 where selective-offload units had lowered the
+    backward below it.)"""
+    _, held, glue = _held(recomputed)
+    so_far = _so_far(held, glue, least_glue)
+    for i, u in enumerate(units):
+        if recomputed["fwd_end"][i] is None:
+            continue
+        u["recompute_forward_transient_bytes"] = max(
+            recomputed["forward_peak"][i] - outside - so_far[i], 0)
 
 
 def unit_kind(unit):

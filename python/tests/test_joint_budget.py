@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import actoffload
-from actoffload import _common, budget, budget_profile
+from actoffload import _common, budget, budget_profile, recompute
 from actoffload.probe import Clock
 from budget_testing import (UNIT, Decoder, ScriptedProbe, kept_trial, make, profile,
                             seeded_step)
@@ -21,6 +21,11 @@ def test_checkpoint_only_plan_recomputes_and_stays_bit_identical(monkeypatch):
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.6, allow_offload=False)
+    # Profiled kept, selectively where the torch version can, then every
+    # unit recomputed in full (what its forward holds while it runs).
+    assert profile(model, x, ctx, reference) == 2 + recompute.selective_available()
+    units = [ctx.joint_budget.profile["units"][p] for p in ctx.joint_budget._index]
+    assert all("recompute_forward_transient_bytes" in u for u in units), units
     for _ in range(5):
         assert_identical(reference, seeded_step(model, x, ctx))
     choice = ctx.joint_budget.plan["choice"]
@@ -322,7 +327,16 @@ def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
                  "bwd": [940, 720, 500], "end": 1200, "forward_peak": [80, 120, 170],
                  "backward_peak": [200, 230, 260], "head_peak": 170,
                  "bwd_allocated": [0, 0, 130], "peak": 260}
-    profiled, index = budget_profile.make_profile(kept, selective, clock, [True] * 3)
+    # Recomputed in full (third record): each leaves 5 (its output, the
+    # next one's input), but its forward holds its intermediates while it
+    # runs: unit 1's peak is 200.
+    recomputed = {"base": 0, "before": [10, 15, 20], "after": [15, 20, 25],
+                  "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 290],
+                  "bwd": [900, 700, 500], "end": 1100, "forward_peak": [75, 200, 85],
+                  "backward_peak": [0, 0, 0], "head_peak": 65,
+                  "bwd_allocated": [0, 0, 25], "peak": 200}
+    profiled, index = budget_profile.make_profile(kept, selective, clock, [True] * 3,
+                                                  recompute_record=recomputed)
     units = [profiled["units"][i] for i in index]
     assert profiled["outside"] == 10
     assert [u["saved_bytes"] for u in units] == [100, 80, 100]
@@ -334,6 +348,8 @@ def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
     # re-created bytes (saved less kept): 200 - 10 - 40 - 60, ...
     assert [u["selective_forward_transient_bytes"] for u in units] == [30, 30, 40]
     assert [u["selective_backward_transient_bytes"] for u in units] == [90, 100, 70]
+    # 75 - 10 - 5, 200 - 10 - 10, 85 - 10 - 15.
+    assert [u["recompute_forward_transient_bytes"] for u in units] == [60, 180, 60]
     # The model then predicts each profile iteration's own peak.
     def predicted(choice):
         plan = _common.ext().evaluate_joint(profiled["units"], 1.0, 1.0, 1 << 40,
@@ -341,6 +357,9 @@ def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
         return plan["peak_bytes"] + profiled["outside"]
     assert predicted(["keep"] * 3) == kept["peak"]
     assert predicted(["selective"] * 3) == selective["peak"]
+    # Unit 1's forward: 10 beside, 5 + 5 inputs, 180 (its backward's peak,
+    # 10 + 5 + 5 + 100 re-created + 50, is lower).
+    assert predicted(["recompute"] * 3) == recomputed["peak"]
 
 
 class _Watched:

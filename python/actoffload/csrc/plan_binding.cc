@@ -23,8 +23,8 @@ namespace {
 namespace py = pybind11;
 
 // A unit from a dict with UnitCost's field names (missing ones are 0,
-// offloadable true; forward_transient_bytes, backward_transient_bytes and
-// selective recompute's selective, selective_bytes, selective_ns and
+// offloadable true; forward_transient_bytes, backward_transient_bytes,
+// recompute_forward_transient_bytes and selective recompute's selective, selective_bytes, selective_ns and
 // selective transients are optional too: absent, the unit is not
 // selective).
 offload::UnitCost UnitOf(const py::dict& d) {
@@ -42,6 +42,8 @@ offload::UnitCost UnitOf(const py::dict& d) {
   u.offloadable = d.contains("offloadable") ? d["offloadable"].cast<bool>() : true;
   u.forward_transient_bytes = get("forward_transient_bytes").cast<int64_t>();
   u.backward_transient_bytes = get("backward_transient_bytes").cast<int64_t>();
+  u.recompute_forward_transient_bytes =
+      get("recompute_forward_transient_bytes").cast<int64_t>();
   u.selective = d.contains("selective") ? d["selective"].cast<bool>() : false;
   u.selective_bytes = get("selective_bytes").cast<int64_t>();
   u.selective_ns = get("selective_ns").cast<double>();
@@ -65,6 +67,7 @@ py::dict UnitDict(const offload::UnitCost& u) {
   d["recompute_bytes"] = u.recompute_bytes;
   d["forward_transient_bytes"] = u.forward_transient_bytes;
   d["backward_transient_bytes"] = u.backward_transient_bytes;
+  d["recompute_forward_transient_bytes"] = u.recompute_forward_transient_bytes;
   d["selective"] = u.selective;
   d["selective_bytes"] = u.selective_bytes;
   d["selective_ns"] = u.selective_ns;
