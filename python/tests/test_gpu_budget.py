@@ -88,6 +88,18 @@ def test_a_budget_too_small_is_refused_once():
     assert peak <= ctx.joint_budget.budget_bytes * 1.02, ctx.budget_plan()
 
 
+def _bf16_eager_reference():
+    """(model, ids, loss, grads): a 4-layer bf16 eager Llama, deterministic,
+    and its step without offloading (after one warm-up step)."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = build(hidden=1024, layers=4).to(torch.bfloat16)
+    ids = torch.randint(0, 1000, (2, 2048), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    loss, grads, _ = step(model, ids)
+    return model, ids, loss, grads
+
+
 @pytest.mark.skipif(not actoffload.recompute.selective_available(),
                     reason="needs torch >= 2.4 (selective checkpoint)")
 def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
@@ -99,12 +111,7 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
     # op, and on this H100 that costs about as much as a whole re-run.)
     # In bf16, as trained: the softmax is float32, its copy for the next
     # matmul bf16; selectively, the bf16 scores are kept instead of both.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = build(hidden=1024, layers=4).to(torch.bfloat16)
-    ids = torch.randint(0, 1000, (2, 2048), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
-    step(model, ids)
-    loss, grads, _ = step(model, ids)
+    model, ids, loss, grads = _bf16_eager_reference()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.5)
     steps = 0
     while ctx.joint_budget.measuring or steps < 3:
@@ -126,12 +133,7 @@ def test_selective_offload_units_hold_less_and_stay_bit_identical():
     # the re-run): every step bit-identical to no offloading, and the
     # step's peak lower by at least half of what they send to host.
     from budget_testing import forced_plan
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = build(hidden=1024, layers=4).to(torch.bfloat16)
-    ids = torch.randint(0, 1000, (2, 2048), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
-    step(model, ids)
-    loss, grads, _ = step(model, ids)
+    model, ids, loss, grads = _bf16_eager_reference()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
     joint = ctx.joint_budget
     while joint.measuring:
