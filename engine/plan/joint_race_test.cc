@@ -28,7 +28,8 @@ std::string Choices(const JointPlan& plan) {
     out += c == UnitChoice::kKeep        ? 'K'
            : c == UnitChoice::kOffload   ? 'O'
            : c == UnitChoice::kSelective ? 'S'
-                                         : 'R';
+           : c == UnitChoice::kSelectiveOffload ? 'Q'
+                                                : 'R';
   }
   return out;
 }
