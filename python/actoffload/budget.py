@@ -440,9 +440,15 @@ class JointBudget:
         checkpoint) or None."""
         return self._forwards.checkpoints(index)
 
-    def loop(self):
-        """The engine's loop in force (a selective-offload unit's saved
-        outputs go through it)."""
+    def loop(self, index):
+        """The engine's loop, where it takes unit `index`'s saved tensors
+        now (a selective-offload unit's saved outputs then go through it),
+        else None: in a backward (an outer checkpoint's re-run), or where
+        an outer checkpoint's hooks won over the unit's (Hugging Face's
+        gradient checkpointing: the unit then stays on device, as an
+        offloaded one does, _common.UnitHooks)."""
+        if _common.in_backward() or not self.owner.takes_saved_tensors(index):
+            return None
         return self.owner.offloader
 
     def predicted_step(self, plan):

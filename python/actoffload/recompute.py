@@ -203,8 +203,8 @@ class Checkpointed:
     """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
     RNG state preserved; with the selective policy above where the choice is
     "selective" or "selective-offload", whose saved outputs then go through
-    the budget's engine loop in force, `budget.loop()`) around the unit's own
-    forward where its budget says so
+    the budget's engine loop, `budget.loop(index)`, where it takes the unit's
+    saved tensors now) around the unit's own forward where its budget says so
     (JointBudget.checkpoints) and, in a backward, as the forward it re-runs
     did (an outer checkpoint's re-run must save what the forward saved); the
     unit's own forward elsewhere."""
@@ -224,7 +224,7 @@ class Checkpointed:
             kwargs = dict(kwargs, context_fn=_selective_contexts)
         elif self.checkpointed == "selective-offload":
             kwargs = dict(kwargs, context_fn=functools.partial(
-                _selective_contexts, self.budget.loop()))
+                _selective_contexts, self.budget.loop(self.index)))
         return torch.utils.checkpoint.checkpoint(
             _RerunWithoutCaches(self.forward), *args, use_reentrant=False, **kwargs)
 

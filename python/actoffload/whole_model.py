@@ -298,6 +298,14 @@ class OffloadActivations:
         _common.emit_warnings(self.offloader)
         return False
 
+    def takes_saved_tensors(self, index):
+        """Whether unit `index`'s saved tensors go to the engine now, in its
+        forward: its own hooks are in force (_common.UnitHooks), or the
+        hooks of the whole forward are."""
+        if self._unit_hooks is not None:
+            return index in self._unit_hooks.pushed
+        return self._hooks is not None
+
     def budget_plan(self):
         """The budget's plan as a table (empty before it is made): the
         joint plan of the units with a memory probe, else the engine's byte
