@@ -122,19 +122,25 @@ def test_no_selective_choice_where_recompute_is_not_allowed():
     assert "selective" not in budget.unit_choices(budget.plan)
 
 
+def _warmed_up(model):
+    """(x, reference step, context, its budget) for `model` under a budget
+    of 0.9 whose warm-up is over, every step of it bit-identical."""
+    x = torch.randn(2, 16, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.9, selective_bytes=UNIT // 4)
+    profile(model, x, ctx, reference)
+    while ctx.joint_budget.measuring:
+        assert_identical(reference, seeded_step(model, x, ctx))
+    return x, reference, ctx, ctx.joint_budget
+
+
 def test_a_selective_offload_unit_sends_its_saved_outputs_through_the_engine():
     # Units 0 and 1 selective, their saved matmul outputs offloaded: the
     # engine's loop copies them out and back (its bytes_offloaded), the step
     # stays bit-identical, twice with retain_graph too, and a unit only
     # selective copies nothing.
     model = Decoder(layers=4)
-    x = torch.randn(2, 16, 64)
-    reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9, selective_bytes=UNIT // 4)
-    profile(model, x, ctx, reference)
-    budget = ctx.joint_budget
-    while budget.measuring:
-        seeded_step(model, x, ctx)
+    x, reference, ctx, budget = _warmed_up(model)
     copied = {}
     for choice in ("selective", "selective-offload"):
         budget._apply(forced_plan(budget, {0: choice, 1: choice, 2: "keep", 3: "keep"}))
@@ -163,7 +169,6 @@ def test_a_selective_offload_unit_sends_its_saved_outputs_through_the_engine():
     assert all(torch.equal(a, b) for a, b in zip(plain, grads(ctx)))
 
 
-
 def test_selective_offload_units_under_an_outer_checkpoint_stay_bit_identical():
     # Hugging Face's gradient checkpointing around each layer: its hooks win
     # over the units' own, so a selective-offload unit keeps its outputs
@@ -171,13 +176,7 @@ def test_selective_offload_units_under_an_outer_checkpoint_stay_bit_identical():
     # forward and in the checkpoint's re-run; every step bit-identical.
     from budget_testing import CheckpointedDecoder
     model = CheckpointedDecoder(layers=4)
-    x = torch.randn(2, 16, 64)
-    reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9, selective_bytes=UNIT // 4)
-    profile(model, x, ctx, reference)
-    budget = ctx.joint_budget
-    while budget.measuring:
-        assert_identical(reference, seeded_step(model, x, ctx))
+    x, reference, ctx, budget = _warmed_up(model)
     budget._apply(forced_plan(budget, {0: "selective-offload", 1: "selective-offload"}))
     before = ctx.offloader.stats()["bytes_offloaded"]
     for _ in range(2):
