@@ -284,8 +284,9 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
   if (choices > kJointLimitMaxChoices) {
     return InvalidArgumentError(
         "joint limit: " + std::to_string(choices) + " choices of the " +
-        std::to_string(n) + " units (selective ones have four, five where offloadable), more than "
-        "the " + std::to_string(kJointLimitMaxChoices) +
+        std::to_string(n) +
+        " units (selective ones have four, five where offloadable), more "
+        "than the " + std::to_string(kJointLimitMaxChoices) +
         " its exact search takes");
   }
   Search search(p);
@@ -297,7 +298,8 @@ StatusOr<JointLimitResult> JointLimit(const JointProblem& p) {
     if (p.allow_recompute &&
         std::any_of(p.units.begin(), p.units.end(),
                     [](const UnitCost& u) { return u.selective; })) {
-      allowed += p.allow_offload ? "/selective/selective-offload" : "/selective";
+      allowed +=
+          p.allow_offload ? "/selective/selective-offload" : "/selective";
     }
     return ResourceExhaustedError(
         "joint limit: no " + allowed + " choice of the " + std::to_string(n) +

@@ -121,8 +121,12 @@ std::array<double, 3> Counts(const JointPlan& plan) {
   std::array<double, 3> n = {0, 0, 0};
   for (UnitChoice c : plan.choice) {
     if (c == UnitChoice::kRecompute) n[0] += 1;
-    if (c == UnitChoice::kSelective || c == UnitChoice::kSelectiveOffload) n[1] += 1;
-    if (c == UnitChoice::kOffload || c == UnitChoice::kSelectiveOffload) n[2] += 1;
+    const bool copied =
+        c == UnitChoice::kOffload || c == UnitChoice::kSelectiveOffload;
+    if (c == UnitChoice::kSelective || c == UnitChoice::kSelectiveOffload) {
+      n[1] += 1;
+    }
+    if (copied) n[2] += 1;
   }
   return n;
 }
