@@ -97,3 +97,47 @@ def test_hugging_face_llama_loops_are_bit_identical(lora, ckpt, amp, penalty):
                 if not ckpt:  # with HF's checkpointing, keeping all can be the least
                     assert {c for t in joint._all_trials for c in t[2]["choice"]} > {"keep"}
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
+
+
+@pytest.mark.parametrize("penalty", [False, True], ids=["plain", "penalty"])
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16_autocast"])
+@pytest.mark.parametrize("lora,ckpt", [(False, False), (True, False), (True, True)],
+                         ids=["full", "lora", "lora_checkpointing"])
+def test_every_choice_of_the_budget_in_hugging_face_loops_is_bit_identical(
+        lora, ckpt, amp, penalty):
+    # Once the budget's warm-up is over, a plan with each of its five choices
+    # (budget_testing.forced_plan): selective-offload, selective, offload,
+    # recompute and keep, one per layer, bit-identical on every step with
+    # LoRA, Hugging Face's own checkpointing, autocast and a gradient penalty.
+    from actoffload import recompute
+    if not recompute.selective_available():
+        pytest.skip("needs torch >= 2.4 (selective checkpoint)")
+    from budget_testing import forced_plan
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = build(lora, ckpt)
+    ids = torch.randint(0, 1000, (2, 512), device="cuda")
+    reference = step(model, ids, contextlib.nullcontext, amp, penalty)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
+    budget = ctx.joint_budget
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a budget the small model cannot meet
+        for _ in range(60):
+            try:
+                step(model, ids, lambda: ctx, amp, penalty)
+            except ValueError as refusal:
+                assert "smallest that fits" in str(refusal)
+            if not budget.measuring:
+                break
+    assert not budget.measuring
+    choices = ["selective-offload", "selective", "offload", "recompute"]
+    budget._apply(forced_plan(budget, dict(enumerate(choices))))
+    assert budget.unit_choices(budget.plan) == choices
+    before = ctx.offloader.stats()["bytes_offloaded"]
+    for _ in range(2):
+        loss, grads = step(model, ids, lambda: ctx, amp, penalty)
+        assert torch.equal(loss, reference[0])
+        assert len(grads) == len(reference[1])
+        assert all(torch.equal(a, b) for a, b in zip(grads, reference[1]))
+    assert ctx.offloader.live_iterations() == 0
+    assert (ctx.offloader.stats()["bytes_offloaded"] > before) == (not ckpt)

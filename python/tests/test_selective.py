@@ -183,3 +183,47 @@ def test_selective_offload_units_under_an_outer_checkpoint_stay_bit_identical():
         assert_identical(reference, seeded_step(model, x, ctx))
     if _common.saved_hooks_top() is not NotImplemented:  # per-unit hooks (torch >= 2.8)
         assert ctx.offloader.stats()["bytes_offloaded"] == before
+
+
+def test_an_exception_inside_a_selective_offload_unit_then_steps_as_usual():
+    # A bad batch raises inside unit 0's MLP, after its attention's matmul
+    # outputs went to the engine's loop: nothing stays in force, the loop is
+    # not stuck, and the next steps are bit-identical and copy again.
+    model = Decoder(layers=4)
+    x, reference, ctx, budget = _warmed_up(model)
+    budget._apply(forced_plan(budget, {0: "selective-offload", 1: "selective-offload"}))
+    assert_identical(reference, seeded_step(model, x, ctx))
+    mlp = model.layers[0].mlp
+    mlp.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    with pytest.raises(RuntimeError, match="bad batch"):
+        seeded_step(model, x, ctx)
+    del mlp.forward
+    assert _common.saved_hooks_top() in (None, NotImplemented)
+    before = ctx.offloader.stats()["bytes_offloaded"]
+    for _ in range(2):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.offloader.stats()["bytes_offloaded"] > before
+    assert ctx.offloader.live_iterations() == 0
+
+
+def test_forwards_without_a_backward_beside_selective_offload_units():
+    # An eval pass with grad on (its graph dropped, never backed up), one
+    # under no_grad and one under inference_mode, between training steps:
+    # each returns what the plain model does, and the steps after them stay
+    # bit-identical with nothing left live.
+    model = Decoder(layers=4)
+    x, reference, ctx, budget = _warmed_up(model)
+    budget._apply(forced_plan(budget, {0: "selective-offload", 1: "selective",
+                                       2: "selective-offload"}))
+    model.eval()
+    with torch.no_grad():
+        expected = model(x)
+    for grad_mode in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+        with grad_mode(), ctx:
+            out = model(x)
+        assert torch.equal(out, expected), grad_mode
+        del out
+    model.train()
+    for _ in range(2):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.offloader.live_iterations() == 0
