@@ -3,6 +3,7 @@ hooks of the TrainingLoop's front doors (te.py, whole_model.py), and the
 fine-grained door's saved-tensor filter (SPEC §1.2) in front of its
 Push/Pop."""
 
+import inspect
 import os
 import sys
 import warnings
@@ -208,6 +209,28 @@ def end_stale_pass(loop):
     forward, outside any backward, it has ended."""
     if loop.pass_open and not in_backward():
         loop.pass_ended()
+
+
+def close_abandoned_checkpoints(tb):
+    """Ends the non-reentrant checkpoints that an exception, traced by `tb`,
+    left open. PyTorch's checkpoint (torch >= 2.1) runs its function between
+    two steps of a generator whose `with` holds its saved-tensor hooks and
+    its context_fn's modes (a selective unit's); where the function raises,
+    the second step never runs and they stay in force until the generator is
+    collected with the traceback. The engine's hooks pushed below them
+    (UnitHooks) could not come off until then, and would then be left in
+    force. Each such generator is closed, innermost first, which runs its
+    `with`'s exit: the stack is as if the checkpoints had returned."""
+    open_ = []
+    while tb is not None:
+        for value in list(tb.tb_frame.f_locals.values()):
+            if (inspect.isgenerator(value)
+                    and value.gi_code.co_name == "_checkpoint_without_reentrant_generator"
+                    and inspect.getgeneratorstate(value) == inspect.GEN_SUSPENDED):
+                open_.append(value)
+        tb = tb.tb_next
+    for generator in reversed(open_):
+        generator.close()
 
 
 def emit_warnings(loop):

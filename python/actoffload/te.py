@@ -99,6 +99,8 @@ class CpuOffloadContext(contextlib.ContextDecorator):
         if self._passthrough:
             self._passthrough -= 1
             return False
+        if exc_type is not None:  # the hooks on top are ours again
+            _common.close_abandoned_checkpoints(tb)
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.__exit__(exc_type, exc, tb)

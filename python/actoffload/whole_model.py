@@ -271,6 +271,8 @@ class OffloadActivations:
 
     def __exit__(self, exc_type, exc, tb):
         self._active = False
+        if exc_type is not None:
+            _common.close_abandoned_checkpoints(tb)
         if self._passthrough:
             self._passthrough = False
             return False

@@ -414,6 +414,32 @@ def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
 
 
 @needs_hook_stack
+def test_an_exception_inside_a_recomputed_unit_leaves_no_hooks_in_force():
+    # PyTorch's checkpoint leaves its hooks pushed where its function raises
+    # until the traceback is collected; the context's exit ends it, so that
+    # a caller who keeps the exception steps as usual.
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(60):
+        seeded_step(model, x, ctx)
+        if not ctx.joint_budget.measuring:
+            break
+    choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert choices[0] == "recompute", choices
+    mlp = model.layers[0].mlp
+    mlp.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    with pytest.raises(RuntimeError, match="bad batch") as raised:
+        seeded_step(model, x, ctx)
+    del mlp.forward
+    assert _common.saved_hooks_top() is None
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert str(raised.value) == "bad batch"  # still held
+
+
+@needs_hook_stack
 def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
     # Hugging Face's gradient checkpointing around each layer: its hooks are
     # pushed before the layer's forward begins; the engine's stay out.

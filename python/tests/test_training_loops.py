@@ -21,6 +21,8 @@ Front doors:
 from loop_doors import *  # noqa: F401,F403 (the doors and layers of the cases)
 from loop_doors import contextlib, gc, re, warnings, pytest, torch, F, actoffload  # noqa: F401
 from loop_doors import NoOpManager, get_act_offloading_ctx_manager, Block, Stack  # noqa: F401
+import torch.utils.checkpoint  # noqa: E402
+from actoffload import _common
 
 
 # --- 1. graphs traversed more than once (SPEC §7.3) ----------------------------
@@ -176,6 +178,46 @@ def test_exception_inside_a_layer_then_retry(kind):
     door = Door(kind, model)
     messages = run_compare(door, model, step, allow_abandon=True, collect=True)
     assert abandonment(messages), messages
+
+
+class _CheckpointedInside(Block):
+    """A layer that runs its block under a non-reentrant checkpoint of its
+    own (a model's internal checkpointing), which raises once armed."""
+    armed = False
+
+    def forward(self, x):
+        def inner(x):
+            out = super(_CheckpointedInside, self).forward(x)
+            if _CheckpointedInside.armed:
+                _CheckpointedInside.armed = False
+                raise Boom("inside a checkpoint inside layer 2")
+            return out
+        return torch.utils.checkpoint.checkpoint(inner, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize("kind", ALL_DOORS)
+def test_exception_inside_a_checkpoint_inside_a_layer_then_retry(kind):
+    # PyTorch's checkpoint (torch >= 2.1) leaves its saved-tensor hooks in
+    # force where its function raises, until the traceback goes; the
+    # caller here keeps the exception. The door's exit ends that checkpoint
+    # (_common.close_abandoned_checkpoints), so its own hooks come off and
+    # nothing stays in force; the retry is bit-identical.
+    model = Stack(layers=4)
+    model.layers[2] = _CheckpointedInside()
+    kept = []
+
+    def step(door, model, x, it):
+        zero_grads(model)
+        _CheckpointedInside.armed = True
+        with pytest.raises(Boom) as raised:
+            door.forward(model, x)
+        kept.append(raised)
+        assert _common.saved_hooks_top() in (None, NotImplemented)
+        return normal_step(door, model, x)
+
+    door = Door(kind, model)
+    messages = run_compare(door, model, step, allow_abandon=True)
+    assert len(kept) == 6 and abandonment(messages), messages
 
 
 @pytest.mark.parametrize("kind", ALL_DOORS)
