@@ -211,13 +211,19 @@ def test_exception_inside_a_checkpoint_inside_a_layer_then_retry(kind):
         _CheckpointedInside.armed = True
         with pytest.raises(Boom) as raised:
             door.forward(model, x)
-        kept.append(raised)
-        assert _common.saved_hooks_top() in (None, NotImplemented)
+        if door.offloads:
+            kept.append(raised)
+            assert _common.saved_hooks_top() in (None, NotImplemented)
+        else:  # without the package, the checkpoint ends when collected
+            del raised
+            gc.collect()
         return normal_step(door, model, x)
 
     door = Door(kind, model)
     messages = run_compare(door, model, step, allow_abandon=True)
-    assert len(kept) == 6 and abandonment(messages), messages
+    assert len(kept) == 3 and abandonment(messages), messages
+    kept.clear()
+    gc.collect()
 
 
 @pytest.mark.parametrize("kind", ALL_DOORS)
