@@ -2,6 +2,7 @@
 the simulated GPU: bit-identical training steps, the byte budget's plan and
 bound, Megatron's groups and summary."""
 
+import re
 import warnings
 
 import pytest
@@ -96,6 +97,13 @@ def test_byte_budget_without_layers_keeps_within_budget():
                                         session=session)
     assert_identical(reference, train_step(model, x, whole_forward(ctx)))  # recorded
     assert "offload" in ctx.budget_plan().lower()
+    try:
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
+    except ValueError as refusal:
+        # Torch 2.x saves other tensors than 1.13 here, and a third of them
+        # fits no plan: refused once (SPEC §7.8), the smallest planned.
+        budget = int(re.search(r"fits this workload is (\d+) bytes", str(refusal))[1])
+        assert budget < total // 2, refusal
     for _ in range(2):
         session.sim_reset_peaks()
         assert_identical(reference, train_step(model, x, whole_forward(ctx)))
