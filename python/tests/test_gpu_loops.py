@@ -141,3 +141,49 @@ def test_every_choice_of_the_budget_in_hugging_face_loops_is_bit_identical(
         assert all(torch.equal(a, b) for a, b in zip(grads, reference[1]))
     assert ctx.offloader.live_iterations() == 0
     assert (ctx.offloader.stats()["bytes_offloaded"] > before) == (not ckpt)
+
+
+def test_skipped_batches_and_eval_passes_during_the_budgets_warm_up():
+    # A loop that skips a batch (its loss computed, its graph dropped, no
+    # backward) every third iteration and runs an eval pass with grad on
+    # every fifth, from the first iteration on, through the profile and the
+    # warm-up race: every real step bit-identical, the race settles, and
+    # the kept plan's steps hold the budget (+2%) as the user measures it.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = build(False, False)
+    ids = torch.randint(0, 1000, (2, 512), device="cuda")
+    reference = step(model, ids, contextlib.nullcontext, False, False)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
+    budget = ctx.joint_budget
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for it in range(80):
+            if it % 3 == 2:
+                with ctx:
+                    loss = model(input_ids=ids, labels=ids).loss
+                del loss  # a skipped batch
+                continue
+            if it % 5 == 4:
+                model.eval()
+                with ctx:
+                    model(input_ids=ids, labels=ids)
+                model.train()
+                continue
+            loss, grads = step(model, ids, lambda: ctx, False, False)
+            assert torch.equal(loss, reference[0]), it
+            assert all(torch.equal(a, b) for a, b in zip(grads, reference[1])), it
+            if not budget.measuring and it > 50:
+                break
+    assert not budget.measuring, budget.describe()
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with ctx:
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    peak = torch.cuda.max_memory_allocated() - base
+    assert peak <= budget.budget_bytes * 1.02, (peak, budget.describe())
+    assert ctx.offloader.live_iterations() == 0
