@@ -52,15 +52,6 @@ struct OffloadOptions {
   Stream* offload_stream = nullptr;
   // Echo warnings to stderr as well as to diagnostics().
   bool warnings_to_stderr = false;
-  // SPEC §4.1 ("offload of layer i may start at its first push"): with
-  // automatic scheduling (k of n or a schedule table) and without retained
-  // pinned buffers, a saved tensor that covers its whole storage (dense, at
-  // offset 0: the usual activation) starts its copy to host at its push
-  // (OffloadGroup::CopyAtPush) instead of at its layer's end. A layer whose
-  // largest tensors are saved early in its forward (eager attention's
-  // softmax) then finishes its copies that much sooner. Off: every copy
-  // starts as the layer's forward ends, as TE's do.
-  bool copy_at_push = false;
   // SPEC §4.7: instead of k of n layers, keep the device bytes of saved
   // tensors that may be offloaded within this budget. The first iteration
   // runs without offloading and is recorded; the plan made from it

@@ -179,58 +179,21 @@ OffloadGroup::HostNeeds OffloadGroup::PlanHost() const {
   needs.plan = PlanSpans(views, core_.options().min_span_coverage);
   // The spans this iteration will copy: the plan's, then one per sparse view
   // made contiguous. Retained pinned buffers must fit them exactly.
+  auto tag = [&](const Tensor& view) {
+    return pinned_tag_ >= 0 ? pinned_tag_
+                            : -16 - static_cast<int64_t>(view.dtype);
+  };
   for (const PlannedSpan& span : needs.plan.spans) {
     needs.sizes.push_back(span.bytes());
-    needs.tags.push_back(HostTag(*views[span.tensors.front()]));
+    needs.tags.push_back(tag(*views[span.tensors.front()]));
   }
   if (!core_.options().skip_sparse_views) {
     for (int index : needs.plan.sparse) {
       needs.sizes.push_back(views[index]->nbytes());
-      needs.tags.push_back(HostTag(*views[index]));
+      needs.tags.push_back(tag(*views[index]));
     }
   }
   return needs;
-}
-
-int64_t OffloadGroup::HostTag(const Tensor& view) const {
-  return pinned_tag_ >= 0 ? pinned_tag_
-                          : -16 - static_cast<int64_t>(view.dtype);
-}
-
-Status OffloadGroup::CopyAtPush(int index) {
-  if (state_ != GroupState::kNotOffloaded) return WrongState("CopyAtPush");
-  const Entry& entry = entries_[index];
-  const Tensor& view = entry.tensor;
-  const Storage* storage = view.storage.get();
-  if (storage == nullptr || entry.byte_offset != 0 || !view.IsContiguous() ||
-      view.nbytes() == 0 || view.nbytes() != storage->size_bytes() ||
-      core_.backend().IsCapturing(core_.compute())) {
-    return OkStatus();
-  }
-  for (const CopiedAtPush& copied : copied_at_push_) {
-    if (copied.storage == storage) return OkStatus();
-  }
-  const int64_t bytes = view.nbytes();
-  const int64_t tag = HostTag(view);
-  Stream& d2h = core_.d2h();
-  StatusOr<std::vector<Buffer>> hosts = core_.pinned().Take({bytes}, {tag}, d2h);
-  if (!hosts.ok()) return OkStatus();  // StartOffload tries again
-  if (host_.empty()) host_span_bytes_ = 0;
-  host_.push_back(std::move(hosts->front()));
-  host_tags_.push_back(tag);
-  host_span_bytes_ += bytes;
-  // From here on, whatever frees the storage or the buffer is ordered after
-  // the D2H stream (ReleaseAll, ReleaseHost).
-  host_last_user_ = &d2h;
-  copies_pending_ = true;
-  if (entry.ready != nullptr) OFFLOAD_RETURN_IF_ERROR(d2h.Wait(*entry.ready));
-  OFFLOAD_RETURN_IF_ERROR(d2h.Copy(host_.back().data(), storage->data(), bytes));
-  copied_at_push_.push_back(
-      CopiedAtPush{storage, static_cast<int>(host_.size()) - 1, bytes});
-  ++core_.stats().spans_offloaded;
-  core_.stats().bytes_offloaded += bytes;
-  copied_bytes_ += bytes;
-  return OkStatus();
 }
 
 std::vector<std::pair<int64_t, int64_t>> OffloadGroup::PlannedHostBlocks()
@@ -249,23 +212,8 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
   const CoreOptions& options = core_.options();
   HostNeeds needs = PlanHost();
   const SpanPlan& plan = needs.plan;
-  // Spans CopyAtPush copied already (k -> its copied_at_push_ entry, else
-  // -1); the pinned blocks taken here are for the others.
-  std::vector<int> at_push(needs.sizes.size(), -1);
-  std::vector<int64_t> sizes, tags;
-  for (size_t k = 0; k < needs.sizes.size(); ++k) {
-    for (size_t e = 0; k < plan.spans.size() && e < copied_at_push_.size(); ++e) {
-      const PlannedSpan& planned = plan.spans[k];
-      if (copied_at_push_[e].storage == planned.storage.get() &&
-          planned.begin == 0 && planned.bytes() == copied_at_push_[e].bytes) {
-        at_push[k] = static_cast<int>(e);
-      }
-    }
-    if (at_push[k] < 0) {
-      sizes.push_back(needs.sizes[k]);
-      tags.push_back(needs.tags[k]);
-    }
-  }
+  const std::vector<int64_t>& sizes = needs.sizes;
+  const std::vector<int64_t>& tags = needs.tags;
   // (A pool shared by dtype serves any sizes; only a group's own retained
   // buffers must fit.)
   if (retain_pinned && pinned_tag_ >= 0 && !sizes.empty() &&
@@ -296,7 +244,6 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
   // Pinned blocks first: without them the group stays on device. The D2H
   // stream waits until reused ones are no longer read by the last reload.
   const BlockLayout layout = PackByTag(sizes, tags);
-  const int base = static_cast<int>(host_.size());  // CopyAtPush's blocks
   if (!sizes.empty()) {
     StatusOr<std::vector<Buffer>> hosts = core_.pinned().Take(
         layout.block_sizes, layout.block_tags, core_.d2h());
@@ -307,30 +254,20 @@ Status OffloadGroup::StartOffload(bool retain_pinned) {
                    hosts.status().ToString() + ")");
       return OkStatus();
     }
-    if (host_.empty()) host_span_bytes_ = 0;
-    for (Buffer& host : *hosts) host_.push_back(std::move(host));
-    host_tags_.insert(host_tags_.end(), layout.block_tags.begin(),
-                      layout.block_tags.end());
+    host_ = std::move(hosts).value();
+    host_tags_ = layout.block_tags;
+    host_span_bytes_ = 0;
     for (int64_t size : sizes) host_span_bytes_ += size;
     if (retain_pinned) retained_sizes_ = sizes;
   }
 
   // Spans, then contiguous copies of sparse views as spans of their own
-  // (in the order of `sizes`: the j-th span not copied at its push lies in
-  // pinned block base + layout.block[j]).
+  // (in the order of `sizes`: span k lies in pinned block layout.block[k]).
   spans_.clear();
-  size_t taken = 0;
   auto place = [&](Span& span) {
     const size_t k = spans_.size();
-    if (at_push[k] >= 0) {
-      span.host_block = copied_at_push_[at_push[k]].host_block;
-      span.host_offset = 0;
-      span.copied_at_push = true;
-      return;
-    }
-    span.host_block = base + layout.block[taken];
-    span.host_offset = layout.offset[taken];
-    ++taken;
+    span.host_block = layout.block[k];
+    span.host_offset = layout.offset[k];
   };
   for (const PlannedSpan& planned : plan.spans) {
     Span span;
@@ -394,7 +331,6 @@ Status OffloadGroup::EnqueueOffloadCopies(bool gathered) {
   for (size_t k = 0; k < spans_.size(); ++k) {
     Span& span = spans_[k];
     if (span.device == nullptr) continue;  // placeholder
-    if (span.copied_at_push) continue;     // enqueued by CopyAtPush
     bool needs_gathered = false;
     const Entry* latest = nullptr;
     for (int index : span.entries) {
@@ -452,7 +388,6 @@ void OffloadGroup::BeginIteration() {
   spans_.clear();
   copies_pending_ = false;
   released_unordered_ = false;
-  copied_at_push_.clear();
   copied_bytes_ = 0;
   next_push_event_ = 0;
   state_ = GroupState::kNotOffloaded;

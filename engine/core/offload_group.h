@@ -79,21 +79,6 @@ class OffloadGroup {
   //   last copy), and the next iteration's StartOffload takes new ones.
   Status StartOffload(bool retain_pinned);
 
-  // SPEC §4.1 (OffloadOptions::copy_at_push): starts entry `index`'s copy
-  // to host now, before StartOffload, where the entry covers its whole
-  // storage (dense, at offset 0, all of its bytes), no earlier entry's
-  // storage is that one, and the compute stream is not capturing a graph:
-  // a pinned buffer is taken for it (pooled under its dtype) and the D2H
-  // stream copies after the entry's ready point. StartOffload then copies
-  // only the other spans; the finish event it records on the D2H stream
-  // follows this copy too. Anything else leaves the entry to StartOffload,
-  // as does pinned memory that cannot be had (a no-op, no warning).
-  // Errors: what the D2H stream's Wait or Copy return; the entry is then
-  //   left to StartOffload, and the buffer is released with the group's
-  //   others, after the D2H stream.
-  // REQUIRES: state() == kNotOffloaded; `index` was returned by Add.
-  Status CopyAtPush(int index);
-
   // The pinned blocks, as (bytes, pool tag), that StartOffload would take
   // for the tensors added so far; changes nothing. For a graph capture,
   // which must find them pooled (it cannot allocate pinned memory).
@@ -218,13 +203,6 @@ class OffloadGroup {
     bool waited = false;  // the compute stream already waits for its reload
     int host_block = -1;       // its pinned block in host_
     int64_t host_offset = 0;   // and its offset there
-    bool copied_at_push = false;  // CopyAtPush enqueued its copy
-  };
-  // A storage CopyAtPush copied whole, and its pinned block in host_.
-  struct CopiedAtPush {
-    const Storage* storage;
-    int host_block;
-    int64_t bytes;
   };
 
   // The spans StartOffload copies and the pinned bytes and pool tag of each.
@@ -234,8 +212,6 @@ class OffloadGroup {
     std::vector<int64_t> tags;
   };
   HostNeeds PlanHost() const;
-  // The pinned pool tag of a span whose first tensor is `view`.
-  int64_t HostTag(const Tensor& view) const;
   Status WrongState(const char* call) const;
   StatusOr<Event*> EnsureEvent(std::unique_ptr<Event>& event);
   // Keeps the group on device after a failed StartOffload, with a warning.
@@ -288,7 +264,6 @@ class OffloadGroup {
   std::vector<Buffer> host_;
   std::vector<int64_t> host_tags_;  // their pool tags
   int64_t host_span_bytes_ = 0;     // the spans' bytes in them
-  std::vector<CopiedAtPush> copied_at_push_;  // in this iteration
   // Span sizes of the first iteration, when pinned buffers are retained.
   std::vector<int64_t> retained_sizes_;
   // Events, reused across iterations.

@@ -240,11 +240,10 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
     Status ordered = core_.compute().Wait(*offload_done_);
     first.Update(ordered);
     first.Update(DropDeviceStorages(ordered.ok(), ordered));
-  } else if ((state_ == GroupState::kKeptOnDevice ||
-              state_ == GroupState::kNotOffloaded) && copies_pending_) {
-    // Copies enqueued before a failure kept the group on device, or by
-    // CopyAtPush before the group's StartOffload: the storages go with the
-    // entries below, once the compute stream is ordered after them.
+  } else if (state_ == GroupState::kKeptOnDevice && copies_pending_) {
+    // Copies enqueued before a failure kept the group on device: the
+    // storages go with the entries below, once the compute stream is
+    // ordered after them.
     StatusOr<Event*> point = EnsureEvent(order_point_);
     Status ordered = point.ok() ? core_.ComputeWaitsFor(core_.d2h(), **point)
                                 : point.status();
@@ -258,7 +257,6 @@ Status OffloadGroup::ReleaseAll(bool retain_pinned) {
   first.Update(ReleaseHost(retain_pinned));
   entries_.clear();
   spans_.clear();
-  copied_at_push_.clear();
   copies_pending_ = false;
   released_unordered_ = false;
   state_ = GroupState::kReleased;

@@ -193,21 +193,7 @@ StatusOr<SavedTensor> LayerPolicy::Push(const Tensor& tensor) {
   if (!WillOffload(layer)) return handles_.Kept(tensor, layer);
   OFFLOAD_RETURN_IF_ERROR(CheckOffloadable(
       tensor, [layer] { return "Push in " + LayerName(layer); }));
-  OffloadGroup& group = Group(layer);
-  const int added = group.size();
-  OFFLOAD_ASSIGN_OR_RETURN(SavedTensor saved, PushOne(tensor, layer));
-  // SPEC §4.1: the copy may start at the push (not for a composite's parts:
-  // a part that fails takes back the parts pushed before it).
-  if (options_.copy_at_push && !options_.manual_synchronization &&
-      !retain_pinned_ && !warmup_ && group.size() > added) {
-    Status copied = group.CopyAtPush(added);
-    if (!copied.ok()) {
-      core_.Warn(LayerName(layer) + ": the copy of tensor " +
-                 tensor.Describe() + " at its push failed (" +
-                 copied.ToString() + "); the layer's end copies it");
-    }
-  }
-  return saved;
+  return PushOne(tensor, layer);
 }
 
 Status LayerPolicy::CheckOffloadable(const Tensor& tensor,

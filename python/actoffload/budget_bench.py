@@ -152,9 +152,8 @@ def interleaved(model, ids, wraps, rounds, reference):
     return out
 
 
-def joint(model, ids, budget, granularity, steps, reference, copy_at_push=False):
-    ctx = actoffload.OffloadActivations(model, budget_bytes=budget, granularity=granularity,
-                                        copy_at_push=copy_at_push)
+def joint(model, ids, budget, granularity, steps, reference):
+    ctx = actoffload.OffloadActivations(model, budget_bytes=budget, granularity=granularity)
     note = ""
     for _ in range(actoffload.budget.WARMUP_ITERATIONS + 3):
         try:
@@ -224,8 +223,7 @@ def run_model(name, args, out):
                 p = dict(p, wrap=wrap_for(model, n, label, p["k"]))
             entries.append((label, p, f"k={p['k']}/{n}" if p else "none fits"))
         for granularity in args.granularities:
-            r = joint(model, ids, budget, granularity, args.steps, reference,
-                      args.copy_at_push)
+            r = joint(model, ids, budget, granularity, args.steps, reference)
             entries.append((f"joint/{granularity}", r, short_plan(r["plan"])))
         timed = interleaved(model, ids, {label: r["wrap"] for label, r, _ in entries
                                          if r is not None}, args.steps, reference)
@@ -308,9 +306,6 @@ def main(argv=None):
     parser.add_argument("--compile", action="store_true",
                         help="compile each decoder layer (layer.compile()); checkpointing "
                         "and the joint plan's re-runs run inside the compiled layers")
-    parser.add_argument("--copy-at-push", action="store_true",
-                        help="the joint plan's copies start as each tensor is saved "
-                        "(OffloadActivations(copy_at_push=True), SPEC §4.1)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)

@@ -76,9 +76,6 @@ class OffloadActivations:
     model: a module whose parameters and buffers are never offloaded, beside
       those of `layers` (SPEC §7.5).
     retain_pinned_buffers, backend, session: as get_cpu_offload_context.
-    copy_at_push: a saved tensor that covers its storage starts its copy to
-      host as it is saved, not at its layer's end (SPEC §4.1; the engine's
-      OffloadOptions::copy_at_push); with layers, without retained buffers.
     """
 
     def __init__(self, use_pin_memory=True, use_streams=None,
@@ -86,7 +83,7 @@ class OffloadActivations:
                  num_layers=None, budget_bytes=None, retain_pinned_buffers=False,
                  model=None, backend=None, session=None, budget_fraction=None,
                  granularity="layer", allow_offload=True, allow_recompute=True,
-                 probe=None, copy_at_push=False):
+                 probe=None):
         if isinstance(use_pin_memory, (torch.nn.Module, list, tuple)):
             # The package's earlier first argument: the layers.
             layers, use_pin_memory = use_pin_memory, True
@@ -143,7 +140,6 @@ class OffloadActivations:
             raise ValueError(f"num_layers must be in [0, {n - 1}] for {n} layers, "
                              f"got {num_layers}")
         self.min_offload_size = min_offload_size
-        self.copy_at_push = copy_at_push  # read as each loop is made
         self.session = session if session is not None else _common.new_session(backend)
         if joint_probe is not None:
             # The budget as the user measures it, planned jointly (budget.py).
@@ -151,7 +147,7 @@ class OffloadActivations:
                 return _common.ext().TrainingLoop(
                     self.session, model_layers=n, offloaded_layers=0,
                     retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
-                    schedule=schedule or None, copy_at_push=self.copy_at_push)
+                    schedule=schedule or None)
             self.offloader = make_loop(None)
             bandwidths = (budget.copy_bandwidths(self.session.device)
                           if isinstance(joint_probe, budget.MemoryProbe)
@@ -164,8 +160,7 @@ class OffloadActivations:
                 self.session, model_layers=n,
                 offloaded_layers=num_layers if budget_bytes is None else 0,
                 retain=retain_pinned_buffers, min_offload_bytes=min_offload_size,
-                budget_bytes=budget_bytes, smallest_budget=smallest,
-                copy_at_push=copy_at_push)
+                budget_bytes=budget_bytes, smallest_budget=smallest)
         # Whether the engine says per unit, as it begins, if it offloads it
         # (a budget's plan, TE's schedule of layers), so that its hooks are
         # in force inside those units only; a byte budget decides per storage.

@@ -4,9 +4,7 @@ its prediction and RRKKKKKK 0.5% (session 9, H200). Runs each plan the
 race tried, after the warm-up, for timed steps, then one step under
 torch.profiler, and prints per plan: the step, the compute stream's kernel
 time and its idle gaps, the copies' time and bandwidth, and how much slower
-the same kernels run while a copy runs beside them. Each plan that
-offloads runs again with copies starting at the push (copy_at_push, SPEC
-§4.1; session 10).
+the same kernels run while a copy runs beside them.
 
     PYTHONPATH=python python trace_eager.py OUT_DIR
 """
@@ -116,14 +114,8 @@ for t, p, q in jb._all_trials:
     trials.setdefault(short_plan(jb.unit_choices(q)), (t, p, q))
 report.append(f"kept {kept}; trials: " + ", ".join(
     f"{name} {t / 1e6:.1f} ms" for name, (t, p, q) in trials.items()))
-runs = [(name, plan, False) for name, (t, p, plan) in trials.items()]
-runs += [(name, plan, True) for name, (t, p, plan) in trials.items()
-         if "O" in name or "Q" in name]  # again, copies starting at the push
-for name, plan, at_push in runs:
-    ctx.copy_at_push = at_push
-    jb.plan = None  # a new loop, made with copy_at_push as set
+for name, (t, p, plan) in trials.items():
     jb._apply(plan)
-    name = name + ("-at-push" if at_push else "")
     for _ in range(2):
         step(ctx)
     ms = timed(ctx)
@@ -135,7 +127,7 @@ for name, plan, at_push in runs:
     prof.export_chrome_trace(path)
     report.append(f"\n== {name}: {ms:.2f} ms (x{ms / plain:.3f}); predicted "
                   f"{jb.predicted_step(plan) / 1e6:.1f} ms for the units\n" + analyse(path))
-    if name in ("ORKKKKKK", "ORKKKKKK-at-push"):
+    if name.startswith("O") or "O" in name:
         with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
             g.write(f.read())
     os.remove(path)

@@ -380,8 +380,7 @@ void BindTrainingLoop(py::module& m) {
                        bool smallest_budget, int64_t offload_stream,
                        bool warnings_to_stderr,
                        std::optional<std::map<int, std::tuple<bool, int, bool, int>>>
-                           schedule,
-                       bool copy_at_push) {
+                           schedule) {
              offload::OffloadOptions options;
              options.model_layers = model_layers;
              options.offloaded_layers = offloaded_layers;
@@ -395,7 +394,6 @@ void BindTrainingLoop(py::module& m) {
                options.offload_stream = session->WrapStream(offload_stream);
              }
              options.warnings_to_stderr = warnings_to_stderr;
-             options.copy_at_push = copy_at_push;  // SPEC §4.1
              if (schedule.has_value()) {  // SPEC §4.2: layer -> entry
                offload::ScheduleTable table;
                for (const auto& [layer, e] : *schedule) {
@@ -416,8 +414,7 @@ void BindTrainingLoop(py::module& m) {
            py::arg("smallest_budget") = false,
            py::arg("offload_stream") = 0,
            py::arg("warnings_to_stderr") = false,
-           py::arg("schedule") = std::nullopt,
-           py::arg("copy_at_push") = false)
+           py::arg("schedule") = std::nullopt)
       .def("forward_step", &Loop::ForwardStep, py::arg("expected") = -1)
       .def("abandon_forward", &Loop::AbandonForward)
       .def("end_forward", &Loop::EndForward)
