@@ -34,11 +34,13 @@ bool AtMost(double a, double b) {
 }
 
 bool Allowed(const JointProblem& p, int unit, UnitChoice c) {
-  if (c == O) return p.allow_offload;
-  if (c == R) return p.allow_recompute && p.units[unit].recomputable;
-  if (c == S) {
-    return p.allow_recompute && p.units[unit].recomputable &&
-           p.units[unit].selective;
+  const UnitCost& u = p.units[unit];
+  if (c == O) return p.allow_offload && u.offloadable;
+  if (c == R) return p.allow_recompute && u.recomputable;
+  if (c == S) return p.allow_recompute && u.recomputable && u.selective;
+  if (c == UnitChoice::kSelectiveOffload) {
+    return p.allow_recompute && p.allow_offload && u.recomputable &&
+           u.selective && u.offloadable;
   }
   return true;
 }
@@ -48,9 +50,10 @@ double Compute(const JointProblem& p, const std::vector<UnitChoice>& c) {
   double total = 0;
   for (size_t i = 0; i < p.units.size(); ++i) {
     total += p.units[i].forward_ns + p.units[i].backward_ns +
-             (c[i] == R   ? p.units[i].recompute_ns
-              : c[i] == S ? p.units[i].selective_ns
-                          : 0.0);
+             (c[i] == R ? p.units[i].recompute_ns
+              : c[i] == S || c[i] == UnitChoice::kSelectiveOffload
+                  ? p.units[i].selective_ns
+                  : 0.0);
   }
   return total;
 }
@@ -353,15 +356,18 @@ RC_GTEST_PROP(JointLimitProperties, NeverAbovePlanJointNorBelowItsCompute, ()) {
 RC_GTEST_PROP(JointLimitProperties, IsTheLeastBoundOfAnyChoice, ()) {
   const JointProblem p = *GenProblem();
   const int n = static_cast<int>(p.units.size());
+  // Every choice of each unit: keep, offload, recompute, selective and
+  // selective-offload (5^6 at most).
+  constexpr int kChoices = 5;
   int total = 1;
-  for (int i = 0; i < n; ++i) total *= 4;
+  for (int i = 0; i < n; ++i) total *= kChoices;
   bool any = false;
   double least = 0;
   for (int code = 0; code < total; ++code) {
     std::vector<UnitChoice> c(n);
     bool allowed = true;
-    for (int i = 0, rest = code; i < n; ++i, rest /= 4) {
-      c[i] = static_cast<UnitChoice>(rest % 4);
+    for (int i = 0, rest = code; i < n; ++i, rest /= kChoices) {
+      c[i] = static_cast<UnitChoice>(rest % kChoices);
       allowed = allowed && Allowed(p, i, c[i]);
     }
     if (!allowed) continue;
