@@ -253,7 +253,7 @@ class JointBudget:
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None,
-            "profile": self.plan is None, "kind": self._profiling(),
+            "profile": self.plan is None,
             # The profile's peaks, per stretch of the step (the allocator's
             # peak counter is read and reset at each unit's boundaries):
             # each unit's forward, the head (from the last unit's forward's

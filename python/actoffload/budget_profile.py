@@ -103,6 +103,18 @@ def _so_far(saved, glue, least_glue):
             for i in range(len(saved))]
 
 
+def _above(record, outside, least_glue):
+    """Per unit of a profile iteration's `record`: its forward's and its
+    backward's peaks above what stays beside the units and what is held up
+    to its end in that iteration, or None where it did not run."""
+    _, held, glue = _held(record)
+    so_far = _so_far(held, glue, least_glue)
+    return [None if record["fwd_end"][i] is None else
+            (record["forward_peak"][i] - outside - so_far[i],
+             record["backward_peak"][i] - outside - so_far[i])
+            for i in range(len(held))]
+
+
 def _selective_transients(selective, units, outside, least_glue):
     """Sets each selective unit's selective transients (engine/unit_cost.h)
     from the selective profile iteration, where it ran selectively: its
@@ -111,16 +123,12 @@ def _selective_transients(selective, units, outside, least_glue):
     Llama: 352 MiB in the forward where kept units hold 192, and 736 MiB
     in the backward where they hold 416; on eager Llama 2.3 and 3.7 GiB
     beside 0.7 and 2.4.)"""
-    _, held, glue = _held(selective)
-    so_far = _so_far(held, glue, least_glue)
-    for i, u in enumerate(units):
-        if not u.get("selective") or selective["fwd_end"][i] is None:
+    for u, above in zip(units, _above(selective, outside, least_glue)):
+        if not u.get("selective") or above is None:
             continue
-        u["selective_forward_transient_bytes"] = max(
-            selective["forward_peak"][i] - outside - so_far[i], 0)
         recreated = u["saved_bytes"] - u["selective_bytes"]
-        u["selective_backward_transient_bytes"] = max(
-            selective["backward_peak"][i] - outside - so_far[i] - recreated, 0)
+        u["selective_forward_transient_bytes"] = max(above[0], 0)
+        u["selective_backward_transient_bytes"] = max(above[1] - recreated, 0)
 
 
 def _recompute_transients(recomputed, units, outside, least_glue):
@@ -131,13 +139,9 @@ def _recompute_transients(recomputed, units, outside, least_glue):
     kept forward's 192; plans with recomputed units measured up to 400 MiB
     over in the forward, 306 where selective-offload units had lowered the
     backward below it.)"""
-    _, held, glue = _held(recomputed)
-    so_far = _so_far(held, glue, least_glue)
-    for i, u in enumerate(units):
-        if recomputed["fwd_end"][i] is None:
-            continue
-        u["recompute_forward_transient_bytes"] = max(
-            recomputed["forward_peak"][i] - outside - so_far[i], 0)
+    for u, above in zip(units, _above(recomputed, outside, least_glue)):
+        if above is not None:
+            u["recompute_forward_transient_bytes"] = max(above[0], 0)
 
 
 def unit_kind(unit):
