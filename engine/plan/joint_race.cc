@@ -36,23 +36,15 @@ const RaceTrial& Lowest(const std::vector<RaceTrial>& trials) {
                            });
 }
 
-// Whether a unit choice `x` does at least the work of `y`: keep does the
-// least; offload adds copies; selective re-runs the cheap ops, recompute
-// the whole forward; selective-offload copies what selective keeps.
+// Whether a unit choice `x` does at least the work of `y` (DoesMoreWork).
 bool NoLessWork(UnitChoice x, UnitChoice y) {
   return x == y || y == UnitChoice::kKeep ||
          (y == UnitChoice::kSelective && (x == UnitChoice::kRecompute ||
                                           x == UnitChoice::kSelectiveOffload));
 }
 
-// Whether plan `a` does more work than `b` (another choice, each unit's at
-// least b's): it cannot be faster, whatever the race measured.
 bool MoreWork(const JointPlan& a, const JointPlan& b) {
-  if (a.choice == b.choice || a.choice.size() != b.choice.size()) return false;
-  for (size_t i = 0; i < a.choice.size(); ++i) {
-    if (!NoLessWork(a.choice[i], b.choice[i])) return false;
-  }
-  return true;
+  return DoesMoreWork(a.choice, b.choice);
 }
 
 // The first fastest trial within `budget` (of those whose plan offloads
@@ -132,6 +124,15 @@ std::array<double, 3> Counts(const JointPlan& plan) {
 }
 
 }  // namespace
+
+bool DoesMoreWork(const std::vector<UnitChoice>& a,
+                  const std::vector<UnitChoice>& b) {
+  if (a == b || a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!NoLessWork(a[i], b[i])) return false;
+  }
+  return true;
+}
 
 JointRace::JointRace(std::vector<UnitCost> units, double d2h_gbps,
                      double h2d_gbps, int64_t budget, int64_t outside,

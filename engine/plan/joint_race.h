@@ -112,6 +112,15 @@ struct RaceTrial {
   RacePlan plan;
 };
 
+// The race's least-work rule: whether choices `a` do more work than `b`,
+// another assignment of the same units in which each unit's choice does
+// no more work than in `a` (keep does the least; offload adds copies to
+// keep; selective re-runs a unit's cheap ops, recompute its whole forward,
+// selective-offload copies what selective keeps). Such a plan cannot be
+// faster than `b`, whatever a race measured, and is never kept over it.
+bool DoesMoreWork(const std::vector<UnitChoice>& a,
+                  const std::vector<UnitChoice>& b);
+
 // What a measured iteration changed.
 struct RaceStep {
   bool applied = false;  // a plan was set in force: the caller applies plan()

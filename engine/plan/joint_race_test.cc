@@ -222,6 +222,42 @@ TEST(JointRaceTest, APlanDoingMoreWorkThanAnotherThatFitsIsNotKept) {
   EXPECT_EQ(kept, "RRKK");
 }
 
+// The least-work rule itself (DoesMoreWork), with the fifth choice:
+// selective-offload does selective's work and its copies, so a plan with
+// it is never kept over the same plan with selective there; neither it nor
+// recompute does more than the other; offload does more than keep only.
+// (No scripted race tried such a pair: a race's candidates are the joint
+// plan, recompute-only, offload-only and checkpointing, and where the
+// selective plan fits the joint plan needs no copies of it.)
+TEST(JointRaceTest, SelectiveOffloadDoesTheWorkOfSelectiveAndItsCopies) {
+  auto more = [](const std::string& a, const std::string& b) {
+    auto of = [](const std::string& s) {
+      std::vector<UnitChoice> c;
+      for (char x : s) {
+        c.push_back(x == 'K'   ? UnitChoice::kKeep
+                    : x == 'O' ? UnitChoice::kOffload
+                    : x == 'R' ? UnitChoice::kRecompute
+                    : x == 'S' ? UnitChoice::kSelective
+                               : UnitChoice::kSelectiveOffload);
+      }
+      return c;
+    };
+    return DoesMoreWork(of(a), of(b));
+  };
+  EXPECT_TRUE(more("QSKK", "SSKK"));
+  EXPECT_TRUE(more("QQKK", "SQKK"));
+  EXPECT_TRUE(more("QKKK", "KKKK"));
+  EXPECT_TRUE(more("RSKK", "SSKK"));
+  EXPECT_TRUE(more("OKKK", "KKKK"));
+  EXPECT_FALSE(more("SSKK", "QSKK"));  // less work
+  EXPECT_FALSE(more("QSKK", "RSKK"));  // neither does the other's work
+  EXPECT_FALSE(more("RSKK", "QSKK"));
+  EXPECT_FALSE(more("QSKK", "OSKK"));  // selective-offload re-runs; offload does not
+  EXPECT_FALSE(more("OSKK", "QSKK"));
+  EXPECT_FALSE(more("QSKK", "QSKK"));  // the same plan
+  EXPECT_FALSE(more("QSK", "SSKK"));   // other units
+}
+
 // Budget 1000 with the 1% margin: the units get 990. Every candidate is
 // over, the least by 20 bytes: they get 990 - 20 - 10 = 960, planned anew.
 TEST(JointRaceTest, AllOverLowersTheUnitsByTheLeastExcess) {
