@@ -390,23 +390,34 @@ def test_the_engines_hooks_are_in_force_only_inside_the_offloaded_units():
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
 
 
+def _settled(model, x, **kwargs):
+    """A budget of 0.5 for `model` (make's `kwargs`) whose warm-up is over."""
+    ctx, _ = make(model, 0.5, **kwargs)
+    for _ in range(60):
+        seeded_step(model, x, ctx)
+        if not ctx.joint_budget.measuring:
+            break
+    return ctx
+
+
+def _raise_in(module):
+    """Makes `module`'s next calls raise, as a bad batch does (del its
+    forward to end it)."""
+    module.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+
+
 @needs_hook_stack
 def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
-    ctx, _ = make(model, 0.5, allow_recompute=False)
-    for _ in range(60):
-        seeded_step(model, x, ctx)
-        if not ctx.joint_budget.measuring:
-            break
+    ctx = _settled(model, x, allow_recompute=False)
     choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert choices[0] == "offload", choices
-    attn = model.layers[0].self_attn
-    attn.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    _raise_in(model.layers[0].self_attn)
     with pytest.raises(RuntimeError, match="bad batch"):
         seeded_step(model, x, ctx)
-    del attn.forward
+    del model.layers[0].self_attn.forward
     assert _common.saved_hooks_top() is None
     for _ in range(3):
         assert_identical(reference, seeded_step(model, x, ctx))
@@ -421,18 +432,13 @@ def test_an_exception_inside_a_recomputed_unit_leaves_no_hooks_in_force():
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
-    ctx, _ = make(model, 0.5, allow_offload=False)
-    for _ in range(60):
-        seeded_step(model, x, ctx)
-        if not ctx.joint_budget.measuring:
-            break
+    ctx = _settled(model, x, allow_offload=False)
     choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert choices[0] == "recompute", choices
-    mlp = model.layers[0].mlp
-    mlp.forward = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("bad batch"))
+    _raise_in(model.layers[0].mlp)
     with pytest.raises(RuntimeError, match="bad batch") as raised:
         seeded_step(model, x, ctx)
-    del mlp.forward
+    del model.layers[0].mlp.forward
     assert _common.saved_hooks_top() is None
     for _ in range(3):
         assert_identical(reference, seeded_step(model, x, ctx))

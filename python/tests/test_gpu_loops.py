@@ -52,16 +52,22 @@ def step(model, ids, wrap, amp, penalty):
     return loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
+def reproducible(lora, ckpt, amp, penalty):
+    """(model, input ids, the step without the package): deterministic
+    cuBLAS, no TF32, so that every door's step must equal it bit for bit."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = build(lora, ckpt)
+    ids = torch.randint(0, 1000, (2, 512), device="cuda")
+    return model, ids, step(model, ids, contextlib.nullcontext, amp, penalty)
+
+
 @pytest.mark.parametrize("penalty", [False, True], ids=["plain", "penalty"])
 @pytest.mark.parametrize("amp", [False, True], ids=["fp32", "bf16_autocast"])
 @pytest.mark.parametrize("lora,ckpt", [(False, False), (True, False), (True, True)],
                          ids=["full", "lora", "lora_checkpointing"])
 def test_hugging_face_llama_loops_are_bit_identical(lora, ckpt, amp, penalty):
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = build(lora, ckpt)
-    ids = torch.randint(0, 1000, (2, 512), device="cuda")
-    reference = step(model, ids, contextlib.nullcontext, amp, penalty)
+    model, ids, reference = reproducible(lora, ckpt, amp, penalty)
     n = len(actoffload.find_layers(model))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchtune's helper: no `output` head
@@ -113,11 +119,7 @@ def test_every_choice_of_the_budget_in_hugging_face_loops_is_bit_identical(
     if not recompute.selective_available():
         pytest.skip("needs torch >= 2.4 (selective checkpoint)")
     from budget_testing import forced_plan
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = build(lora, ckpt)
-    ids = torch.randint(0, 1000, (2, 512), device="cuda")
-    reference = step(model, ids, contextlib.nullcontext, amp, penalty)
+    model, ids, reference = reproducible(lora, ckpt, amp, penalty)
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
     budget = ctx.joint_budget
     with warnings.catch_warnings():
@@ -149,11 +151,7 @@ def test_skipped_batches_and_eval_passes_during_the_budgets_warm_up():
     # every fifth, from the first iteration on, through the profile and the
     # warm-up race: every real step bit-identical, the race settles, and
     # the kept plan's steps hold the budget (+2%) as the user measures it.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    model = build(False, False)
-    ids = torch.randint(0, 1000, (2, 512), device="cuda")
-    reference = step(model, ids, contextlib.nullcontext, False, False)
+    model, ids, reference = reproducible(False, False, False, False)
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
     budget = ctx.joint_budget
     with warnings.catch_warnings():
