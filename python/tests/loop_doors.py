@@ -19,8 +19,8 @@ MIN = 1024          # TE: elements
 MIN_BYTES = 4096    # OffloadActivations: bytes
 SHAPE = (2, 32, 64)  # batch, sequence, hidden (64): small, still over MIN
 
-ALL_DOORS = ["te", "oa_layers", "oa_model", "oa_noarg"]
-LAYER_DOORS = ["te", "oa_layers", "oa_model"]
+ALL_DOORS = ["te", "oa_layers", "oa_model", "oa_noarg", "oa_budget"]
+LAYER_DOORS = ["te", "oa_layers", "oa_model", "oa_budget"]
 
 
 # --- front doors ---------------------------------------------------------------
@@ -43,6 +43,10 @@ class Door:
                 backend="sim", **extra)
             self.offloader, self.session = self.ctx.offloader, self.ctx._session
             return
+        if kind == "oa_budget":
+            self.ctx = _settled_budget(model)
+            self.session = self.ctx.session
+            return
         if kind == "oa_noarg":
             if min_size is not None:
                 extra["min_offload_size"] = min_size * 4
@@ -54,6 +58,15 @@ class Door:
                 min_offload_size=MIN_BYTES if min_size is None else min_size * 4,
                 backend="sim", **extra)
         self.offloader, self.session = self.ctx.offloader, self.ctx.session
+
+    @property
+    def offloader(self):
+        # A budget's plan makes a loop of its own (budget.JointBudget._apply).
+        return self.ctx.offloader if self.kind == "oa_budget" else self._offloader
+
+    @offloader.setter
+    def offloader(self, loop):
+        self._offloader = loop
 
     @property
     def offloads(self):
@@ -98,6 +111,50 @@ class Door:
         gc.collect()
         assert self.offloader.live_iterations() == 0
         assert self.session.hazards() == []
+
+
+def _settled_budget(model):
+    """OffloadActivations(layers, budget_fraction=0.5) on a scripted device
+    (budget_testing.ScriptedProbe), its profile and warm-up run on the
+    model, then a plan that offloads the first layer, recomputes the second
+    and keeps the rest (budget_testing.forced_plan): the cases then run
+    the budget's plan in force, each bit-identical."""
+    from budget_testing import ScriptedProbe, forced_plan
+    probe = ScriptedProbe(1 << 20, outside=1 << 20)
+    ctx = actoffload.OffloadActivations(
+        layers=model.layers, budget_fraction=0.5, probe=probe, backend="sim",
+        min_offload_size=MIN_BYTES)
+    probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
+    x = torch.randn(*SHAPE, generator=torch.Generator().manual_seed(99))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(60):
+            try:
+                zero_grads(model)
+                with ctx:
+                    out = model.head(_layers_of(model, model.embed(x)))
+                loss_of(out).backward()
+            except ValueError:
+                continue  # refused once: the smallest that fits is planned
+            if not ctx.joint_budget.measuring:
+                break
+    budget = ctx.joint_budget
+    assert not budget.measuring
+    budget._apply(forced_plan(budget, {0: "offload", 1: "recompute"}))
+    zero_grads(model)
+    return ctx
+
+
+def _layers_of(model, h):
+    """The layers' forward; a layer's tuple or dict output passes its first
+    tensor on."""
+    for layer in model.layers:
+        h = layer(h)
+        values = h.values() if isinstance(h, dict) else h
+        if isinstance(values, (tuple, list, type({}.values()))):
+            h = next(v for v in values if isinstance(v, torch.Tensor))
+    return h
 
 
 def zero_grads(model):

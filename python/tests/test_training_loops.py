@@ -15,7 +15,11 @@ Front doors:
   oa_layers  OffloadActivations(layers=model.layers, min_offload_size=bytes);
   oa_model   OffloadActivations(layers=model, ...) (its layer stack);
   oa_noarg   OffloadActivations() (torchtune's usage: the whole forward under
-             the smallest byte budget; the first iteration is recorded).
+             the smallest byte budget; the first iteration is recorded);
+  oa_budget  OffloadActivations(layers, budget_fraction=0.5) on a scripted
+             device, its profile and race run, then a plan that offloads
+             layer 0, recomputes layer 1 and keeps the rest
+             (loop_doors._settled_budget).
 """
 
 from loop_doors import *  # noqa: F401,F403 (the doors and layers of the cases)
