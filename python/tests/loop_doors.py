@@ -151,9 +151,10 @@ def _layers_of(model, h):
     tensor on."""
     for layer in model.layers:
         h = layer(h)
-        values = h.values() if isinstance(h, dict) else h
-        if isinstance(values, (tuple, list, type({}.values()))):
-            h = next(v for v in values if isinstance(v, torch.Tensor))
+        if isinstance(h, dict):
+            h = list(h.values())
+        if isinstance(h, (tuple, list)):
+            h = next(v for v in h if isinstance(v, torch.Tensor))
     return h
 
 
