@@ -376,7 +376,8 @@ class JointBudget:
             r, selective, self._clock,
             selective=[self._selective_allowed(i) for i in range(n)],
             kinds=[budget_profile.unit_kind(u) for u in self.units],
-            recompute_record=by_kind.get("recompute"))
+            recompute_record=by_kind.get("recompute"),
+            compiled=[recompute.compiled(u) for u in self.units])
         if self._budget_bytes is None:
             self._budget_bytes = int(self.budget_fraction * r["peak"])
 

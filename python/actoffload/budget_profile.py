@@ -4,7 +4,7 @@ engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place amon
 
 
 def make_profile(r, selective_record, clock, selective, kinds=None,
-                 recompute_record=None):
+                 recompute_record=None, compiled=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
     offloaded or recomputed), `selective_record` the second's (the units
     with selective[i] recomputed selectively) or None, `recompute_record`
@@ -12,7 +12,9 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     recomputed whole, and selective[i] says whether unit i may be
     selectively too; kinds[i] (optional)
     names unit i's structure (unit_kind): units of one kind share their
-    median times. profile["units"] are the plan's units (glue and the head
+    median times; compiled[i] (optional) says unit i was compiled, so the
+    recompute iteration timed its checkpointed variant's compilation, not
+    its re-run. profile["units"] are the plan's units (glue and the head
     among them), index[i] unit i's place there."""
     n = len(r["fwd"])
     fwd = [clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
@@ -27,6 +29,9 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     ratio = sorted(known)[len(known) // 2] if known else 2.0
     sel_ratio = (None if selective_record is None
                  else _median_gain(selective_record, fwd, bwd, clock))
+    rerun = (None if recompute_record is None
+             else _rerun_ratio(recompute_record, fwd, bwd, clock,
+                               compiled or [False] * n))
     # Bytes above the forward's start. What stays beside the units
     # throughout: what ran before them (embeddings) or, as their
     # backward begins, the head's gradients. What the code between two
@@ -61,7 +66,9 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
             "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
             "recomputable": True,
             "input_bytes": min(r["input"][i], saved[i]),
-            "recompute_ns": fwd[i], "recompute_bytes": left[i],
+            "recompute_ns": (fwd[i] if rerun is None or (compiled and compiled[i])
+                             else rerun * fwd[i]),
+            "recompute_bytes": left[i],
             "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
             "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
         if selective_record is not None and selective[i]:
@@ -195,6 +202,30 @@ def _median_gain(selective, fwd, bwd, clock):
         sel_fwd = clock.ns(selective["fwd"][i], selective["fwd_end"][i])
         gains.append(max(sel_bwd - bwd[i] + sel_fwd - fwd[i], 0.0) / fwd[i])
     return sorted(gains)[len(gains) // 2] if gains else None
+
+
+def _rerun_ratio(recomputed, fwd, bwd, clock, compiled):
+    """The median, over units, of a full re-run's time per ns of the unit's
+    forward, from the profile iteration that recomputes every unit: what
+    its backward's stretch took there over the kept one's. At least
+    _LEAST_RERUN (a noisy stretch must not make re-runs look free); None
+    if unknown. Why not the forward's time: a re-run is the forward's work
+    without the engine's hooks and with the checkpoint's own, and on the
+    GPU it differs both ways (H200: an eager-attention Llama layer re-ran
+    in 5.4-5.5 ms after a 4.96 ms forward; an SDPA one in 6.9 ms after
+    7.2). Compiled units are left out: their re-run there was the
+    checkpointed variant's first call, a compilation."""
+    ratios = []
+    for i in range(1, len(fwd)):
+        if compiled[i] or recomputed["bwd"][i] is None or recomputed["bwd"][i - 1] is None \
+                or bwd[i] is None or fwd[i] <= 0:
+            continue
+        rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])
+        ratios.append(max((rec_bwd - bwd[i]) / fwd[i], _LEAST_RERUN))
+    return sorted(ratios)[len(ratios) // 2] if ratios else None
+
+
+_LEAST_RERUN = 0.5
 
 
 def _selective_cost(selective, i, unit, ratio):

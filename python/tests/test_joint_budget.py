@@ -362,6 +362,43 @@ def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
     assert predicted(["recompute"] * 3) == recomputed["peak"]
 
 
+def test_a_re_run_costs_what_the_recompute_iteration_measured():
+    # By hand, host clock (ns). Four units of one kind, each forward 100.
+    # Kept, each backward's stretch (from its gradient to the previous
+    # unit's) takes 200; recomputed in full, units 1..3 take 330, 360 and
+    # 320: re-runs of 1.3, 1.6 and 1.2 forwards, so each unit's re-run is
+    # priced at the median, 1.3 forwards, not at its forward's 100.
+    clock = Clock(False)
+    n = 4
+    def record(bwd, end):
+        return {"base": 0, "before": [10 + 100 * i for i in range(n)],
+                "after": [110 + 100 * i for i in range(n)], "input": [5] * n,
+                "fwd": [100 * i for i in range(n)],
+                "fwd_end": [100 * i + 100 for i in range(n)],
+                "bwd": bwd, "end": end, "forward_peak": [120 + 100 * i for i in range(n)],
+                "backward_peak": [420] * n, "head_peak": 420,
+                "bwd_allocated": [0, 0, 0, 400], "peak": 420}
+    kept = record([1400, 1200, 1000, 800], 1500)
+    recomputed = record([2500, 2170, 1810, 1490], 2600)
+    def rerun(compiled=None, recompute_record=recomputed):
+        profiled, index = budget_profile.make_profile(
+            kept, None, clock, [False] * n, kinds=["layer"] * n,
+            recompute_record=recompute_record, compiled=compiled)
+        return [profiled["units"][p]["recompute_ns"] for p in index]
+    assert rerun() == pytest.approx([130.0] * n)
+    # Without the recompute iteration (recompute not allowed): the forward's.
+    assert rerun(recompute_record=None) == [100.0] * n
+    # A compiled unit's recompute iteration timed its checkpointed variant's
+    # compilation: it keeps its forward's time, and the others' median
+    # leaves it out (unit 3's 1.2 gone: the upper median of 1.3 and 1.6).
+    assert rerun(compiled=[False, False, False, True]) == pytest.approx([160.0] * 3 + [100.0])
+    assert rerun(compiled=[True] * n) == [100.0] * n
+    # A stretch that measured less than the kept one (noise) does not make
+    # re-runs free: half a forward at least.
+    fast = record([1500, 1400, 1300, 1200], 1600)
+    assert rerun(recompute_record=fast) == pytest.approx([50.0] * n)
+
+
 class _Watched:
     """The engine's loop, each attribute read recorded."""
 
