@@ -163,6 +163,7 @@ class JointBudget:
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._clock = None
+        self._mutating = set()  # units seen to modify an input in place
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -252,7 +253,7 @@ class JointBudget:
         self._record = {"start": self._clock.mark(),
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
-            "bwd": [None] * n, "end": None, "peak": None,
+            "bwd": [None] * n, "end": None, "peak": None, "versions": [None] * n,
             "profile": self.plan is None,
             # The profile's peaks, per stretch of the step (the allocator's
             # peak counter is read and reset at each unit's boundaries):
@@ -286,11 +287,16 @@ class JointBudget:
         tensor = _first_tensor(list(args) + list(kwargs.values()))
         r["input"][index] = _bytes(tensor) if tensor is not None else 0
         r["fwd"][index] = self._clock.mark()
+        r["versions"][index] = [(t, t._version) for t in list(args) + list(kwargs.values())
+                                if isinstance(t, torch.Tensor)]
 
     def unit_ends(self, index, output):
         r = self._record
         if r is None:
             return
+        if any(t._version != v for t, v in r["versions"][index]):
+            self._mutating.add(index)
+        r["versions"][index] = None
         r["fwd_end"][index] = self._clock.mark()
         r["after"][index] = self.probe.allocated()
         r["forward_peak"][index] = self._stretch_peak(r)
@@ -345,8 +351,16 @@ class JointBudget:
             self._apply(self._race.plan)
 
     # --- profile, plan, calibration ---------------------------------------------
+    def _recomputable(self, index):
+        """Whether unit `index` may be re-run from its input: recompute is
+        allowed and its forward was not seen to modify an input in place
+        (a block beginning with `x.relu_()`): re-run from the modified
+        input, it would compute something else, and torch ≥ 2's checkpoint
+        refuses it in the backward ("modified by an inplace operation")."""
+        return self.allow_recompute and index not in self._mutating
+
     def _selective_allowed(self, index):
-        return (self.allow_recompute and recompute.selective_available()
+        return (self._recomputable(index) and recompute.selective_available()
                 and not recompute.compiled(self.units[index]))
 
     def _profile_kinds(self):
@@ -357,7 +371,7 @@ class JointBudget:
         kinds = ["all"]
         if any(self._selective_allowed(i) for i in range(len(self.units))):
             kinds.append("selective")
-        if self.allow_recompute:
+        if any(self._recomputable(i) for i in range(len(self.units))):
             kinds.append("recompute")
         return kinds
 
@@ -377,7 +391,8 @@ class JointBudget:
             selective=[self._selective_allowed(i) for i in range(n)],
             kinds=[budget_profile.unit_kind(u) for u in self.units],
             recompute_record=by_kind.get("recompute"),
-            compiled=[recompute.compiled(u) for u in self.units])
+            compiled=[recompute.compiled(u) for u in self.units],
+            recomputable=[self._recomputable(i) for i in range(n)])
         if self._budget_bytes is None:
             self._budget_bytes = int(self.budget_fraction * r["peak"])
 
@@ -426,7 +441,8 @@ class JointBudget:
             choices = ["selective" if self._selective_allowed(i) else "keep"
                        for i in range(len(self.units))]
         elif kind == "recompute":
-            choices = ["recompute"] * len(self.units)
+            choices = ["recompute" if self._recomputable(i) else "keep"
+                       for i in range(len(self.units))]
         else:
             choices = self.unit_choices(self.plan)
         self._forwards.install(choices)

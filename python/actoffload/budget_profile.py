@@ -4,17 +4,18 @@ engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place amon
 
 
 def make_profile(r, selective_record, clock, selective, kinds=None,
-                 recompute_record=None, compiled=None):
+                 recompute_record=None, compiled=None, recomputable=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
     offloaded or recomputed), `selective_record` the second's (the units
     with selective[i] recomputed selectively) or None, `recompute_record`
-    the last's (every unit recomputed in full) or None; every unit may be
-    recomputed whole, and selective[i] says whether unit i may be
-    selectively too; kinds[i] (optional)
+    the last's (every unit that may be recomputed in full) or None;
+    selective[i] says whether unit i may be recomputed selectively too;
+    kinds[i] (optional)
     names unit i's structure (unit_kind): units of one kind share their
     median times; compiled[i] (optional) says unit i was compiled, so the
     recompute iteration timed its checkpointed variant's compilation, not
-    its re-run. profile["units"] are the plan's units (glue and the head
+    its re-run; recomputable[i] (optional, else True) whether unit i may
+    be re-run at all. profile["units"] are the plan's units (glue and the head
     among them), index[i] unit i's place there."""
     n = len(r["fwd"])
     fwd = [clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
@@ -29,9 +30,11 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     ratio = sorted(known)[len(known) // 2] if known else 2.0
     sel_ratio = (None if selective_record is None
                  else _median_gain(selective_record, fwd, bwd, clock))
+    recomputable = recomputable or [True] * n
     rerun = (None if recompute_record is None
              else _rerun_ratio(recompute_record, fwd, bwd, clock,
-                               compiled or [False] * n))
+                               [(compiled and compiled[i]) or not recomputable[i]
+                                for i in range(n)]))
     # Bytes above the forward's start. What stays beside the units
     # throughout: what ran before them (embeddings) or, as their
     # backward begins, the head's gradients. What the code between two
@@ -64,7 +67,7 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
         units.append({
             "saved_bytes": saved[i], "forward_ns": fwd[i],
             "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
-            "recomputable": True,
+            "recomputable": recomputable[i],
             "input_bytes": min(r["input"][i], saved[i]),
             "recompute_ns": (fwd[i] if rerun is None or (compiled and compiled[i])
                              else rerun * fwd[i]),
@@ -204,7 +207,7 @@ def _median_gain(selective, fwd, bwd, clock):
     return sorted(gains)[len(gains) // 2] if gains else None
 
 
-def _rerun_ratio(recomputed, fwd, bwd, clock, compiled):
+def _rerun_ratio(recomputed, fwd, bwd, clock, skip):
     """The median, over units, of a full re-run's time per ns of the unit's
     forward, from the profile iteration that recomputes every unit: what
     its backward's stretch took there over the kept one's. At least
@@ -213,11 +216,12 @@ def _rerun_ratio(recomputed, fwd, bwd, clock, compiled):
     without the engine's hooks and with the checkpoint's own, and on the
     GPU it differs both ways (H200: an eager-attention Llama layer re-ran
     in 5.4-5.5 ms after a 4.96 ms forward; an SDPA one in 6.9 ms after
-    7.2). Compiled units are left out: their re-run there was the
-    checkpointed variant's first call, a compilation."""
+    7.2). skip[i]: unit i is left out (not re-run there, or compiled:
+    its re-run there was the checkpointed variant's first call, a
+    compilation)."""
     ratios = []
     for i in range(1, len(fwd)):
-        if compiled[i] or recomputed["bwd"][i] is None or recomputed["bwd"][i - 1] is None \
+        if skip[i] or recomputed["bwd"][i] is None or recomputed["bwd"][i - 1] is None \
                 or bwd[i] is None or fwd[i] <= 0:
             continue
         rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])

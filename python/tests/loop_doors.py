@@ -141,7 +141,9 @@ def _settled_budget(model):
                 break
     budget = ctx.joint_budget
     assert not budget.measuring
-    budget._apply(forced_plan(budget, {0: "offload", 1: "recompute"}))
+    # (A layer that modifies its input in place is never re-run: kept.)
+    second = "recompute" if budget._recomputable(1) else "keep"
+    budget._apply(forced_plan(budget, {0: "offload", 1: second}))
     zero_grads(model)
     return ctx
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from actoffload import _common
-from budget_testing import CheckpointedDecoder, Decoder, make, seeded_step
+from budget_testing import CheckpointedDecoder, Decoder, Layer, make, seeded_step
 from models import assert_identical
 
 
@@ -85,6 +85,40 @@ def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan():
         assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
     choice = made["ctx"].joint_budget.plan["choice"]
     assert "offload" in choice or "recompute" in choice, choice
+
+
+class _ScalesItsInput(Layer):
+    """Begins by modifying its input in place (not idempotently: re-run
+    from the scaled input, it would scale it again)."""
+
+    def forward(self, x):
+        x.mul_(0.5)
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("allow_offload", [True, False])
+def test_a_unit_that_modifies_its_input_in_place_is_never_rerun(allow_offload):
+    # Re-run from its input, such a unit would start from what its forward
+    # left there: torch >= 2's checkpoint refuses it in the backward, 1.13
+    # silently computes other gradients. The profile sees the input's
+    # version change and plans the unit kept or offloaded; the others may
+    # still be recomputed.
+    model = Decoder()
+    for i in (1, 2):
+        scaling = _ScalesItsInput(64)
+        scaling.load_state_dict(model.layers[i].state_dict())
+        model.layers[i] = scaling
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.85, allow_offload=allow_offload)
+    for _ in range(8):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    joint = ctx.joint_budget
+    units = [joint.profile["units"][p] for p in joint._index]
+    assert [u["recomputable"] for u in units] == [True, False, False, True]
+    choices = joint.unit_choices(joint.plan)
+    assert choices[1] in ("keep", "offload") and choices[2] in ("keep", "offload"), choices
+    assert ("recompute" in choices) if not allow_offload else set(choices) != {"keep"}, choices
 
 
 def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
