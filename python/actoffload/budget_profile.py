@@ -210,7 +210,9 @@ def _median_gain(selective, fwd, bwd, clock):
 def _rerun_ratio(recomputed, fwd, bwd, clock, skip):
     """The median, over units, of a full re-run's time per ns of the unit's
     forward, from the profile iteration that recomputes every unit: what
-    its backward's stretch took there over the kept one's. At least
+    its backward's stretch took there over the kept one's, and its forward
+    under checkpoint over the kept forward (the checkpoint's own work,
+    e.g. saving the RNG state). At least
     _LEAST_RERUN (a noisy stretch must not make re-runs look free); None
     if unknown. Why not the forward's time: a re-run is the forward's work
     without the engine's hooks and with the checkpoint's own, and on the
@@ -222,10 +224,12 @@ def _rerun_ratio(recomputed, fwd, bwd, clock, skip):
     ratios = []
     for i in range(1, len(fwd)):
         if skip[i] or recomputed["bwd"][i] is None or recomputed["bwd"][i - 1] is None \
-                or bwd[i] is None or fwd[i] <= 0:
+                or recomputed["fwd_end"][i] is None or bwd[i] is None or fwd[i] <= 0:
             continue
         rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])
-        ratios.append(max((rec_bwd - bwd[i]) / fwd[i], _LEAST_RERUN))
+        rec_fwd = clock.ns(recomputed["fwd"][i], recomputed["fwd_end"][i])
+        extra = rec_bwd - bwd[i] + rec_fwd - fwd[i]
+        ratios.append(max(extra / fwd[i], _LEAST_RERUN))
     return sorted(ratios)[len(ratios) // 2] if ratios else None
 
 

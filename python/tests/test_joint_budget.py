@@ -393,6 +393,11 @@ def test_a_re_run_costs_what_the_recompute_iteration_measured():
     # leaves it out (unit 3's 1.2 gone: the upper median of 1.3 and 1.6).
     assert rerun(compiled=[False, False, False, True]) == pytest.approx([160.0] * 3 + [100.0])
     assert rerun(compiled=[True] * n) == [100.0] * n
+    # The checkpoint's own work in the forward counts too: forwards of 110
+    # under checkpoint add a tenth of a forward to each re-run.
+    slower = record([2500, 2170, 1810, 1490], 2600)
+    slower["fwd_end"] = [100 * i + 110 for i in range(n)]
+    assert rerun(recompute_record=slower) == pytest.approx([140.0] * n)
     # A stretch that measured less than the kept one (noise) does not make
     # re-runs free: half a forward at least.
     fast = record([1500, 1400, 1300, 1200], 1600)
