@@ -29,10 +29,10 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
     ratio = sorted(known)[len(known) // 2] if known else 2.0
     sel_ratio = (None if selective_record is None
-                 else _median_gain(selective_record, fwd, bwd, clock))
+                 else _median_gain(selective_record, r, fwd, bwd, clock))
     recomputable = recomputable or [True] * n
     rerun = (None if recompute_record is None
-             else _rerun_ratio(recompute_record, fwd, bwd, clock,
+             else _rerun_ratio(recompute_record, r, fwd, bwd, clock,
                                [(compiled and compiled[i]) or not recomputable[i]
                                 for i in range(n)]))
     # Bytes above the forward's start. What stays beside the units
@@ -191,15 +191,14 @@ def share_times(fwd, bwd, kinds):
                 bwd[i] = b
 
 
-def _median_gain(selective, fwd, bwd, clock):
+def _median_gain(selective, kept, fwd, bwd, clock):
     """The median, over units, of the time a selective unit gains per ns of
     its forward: its backward's re-run of the cheap ops, and its forward's
     caching of the costly ones' outputs (the policy sees every op); None if
     unknown."""
     gains = []
     for i in range(1, len(fwd)):
-        if selective["bwd"][i] is None or selective["bwd"][i - 1] is None \
-                or selective["fwd_end"][i] is None or bwd[i] is None or fwd[i] <= 0:
+        if not _comparable(selective, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
         sel_bwd = clock.ns(selective["bwd"][i], selective["bwd"][i - 1])
         sel_fwd = clock.ns(selective["fwd"][i], selective["fwd_end"][i])
@@ -207,7 +206,15 @@ def _median_gain(selective, fwd, bwd, clock):
     return sorted(gains)[len(gains) // 2] if gains else None
 
 
-def _rerun_ratio(recomputed, fwd, bwd, clock, skip):
+def _comparable(record, kept, i):
+    """Whether unit i ran and was timed whole in `record`, on an input of
+    the size it had in the kept record (a batch of another sequence length
+    runs for another time)."""
+    return (record["bwd"][i] is not None and record["bwd"][i - 1] is not None
+            and record["fwd_end"][i] is not None and record["input"][i] == kept["input"][i])
+
+
+def _rerun_ratio(recomputed, kept, fwd, bwd, clock, skip):
     """The median, over units, of a full re-run's time per ns of the unit's
     forward, from the profile iteration that recomputes every unit: what
     its backward's stretch took there over the kept one's, and its forward
@@ -223,8 +230,7 @@ def _rerun_ratio(recomputed, fwd, bwd, clock, skip):
     compilation)."""
     ratios = []
     for i in range(1, len(fwd)):
-        if skip[i] or recomputed["bwd"][i] is None or recomputed["bwd"][i - 1] is None \
-                or recomputed["fwd_end"][i] is None or bwd[i] is None or fwd[i] <= 0:
+        if skip[i] or not _comparable(recomputed, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
         rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])
         rec_fwd = clock.ns(recomputed["fwd"][i], recomputed["fwd_end"][i])

@@ -121,6 +121,20 @@ def test_a_unit_that_modifies_its_input_in_place_is_never_rerun(allow_offload):
     assert ("recompute" in choices) if not allow_offload else set(choices) != {"keep"}, choices
 
 
+def test_batches_of_varying_length_through_the_profile_and_the_race():
+    # Dynamic padding: every batch has another sequence length, from the
+    # profile iterations on. Each step is bit-identical to the same step
+    # without the budget, and the race settles.
+    model = Decoder()
+    ctx, _ = make(model, 0.6)
+    for it in range(16):
+        x = torch.randn(2, (32, 48, 16, 40)[it % 4], 64,
+                        generator=torch.Generator().manual_seed(it))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert not ctx.joint_budget.measuring
+    assert set(ctx.joint_budget.unit_choices(ctx.joint_budget.plan)) != {"keep"}
+
+
 def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
     # A layer skipped in the first iteration (a conditional layer, a skipped
     # batch's early exit) leaves nothing to plan with: warned, profiled again.

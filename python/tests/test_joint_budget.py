@@ -398,6 +398,11 @@ def test_a_re_run_costs_what_the_recompute_iteration_measured():
     slower = record([2500, 2170, 1810, 1490], 2600)
     slower["fwd_end"] = [100 * i + 110 for i in range(n)]
     assert rerun(recompute_record=slower) == pytest.approx([140.0] * n)
+    # A batch of another length in the recompute iteration (input bytes
+    # differ) runs for another time: nothing to compare, the forward's.
+    longer = record([2500, 2170, 1810, 1490], 2600)
+    longer["input"] = [8] * n
+    assert rerun(recompute_record=longer) == [100.0] * n
     # A stretch that measured less than the kept one (noise) does not make
     # re-runs free: half a forward at least.
     fast = record([1500, 1400, 1300, 1200], 1600)
