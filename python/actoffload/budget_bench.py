@@ -174,6 +174,15 @@ def joint(model, ids, budget, granularity, steps, reference):
                  f"({t / 1e6:.1f}/{(q['step_ns'] + outside_ns) / 1e6:.1f}, {p / 2**20:.0f}/"
                  f"{(q['peak_bytes'] + jb.profile['outside']) / 2**20:.0f}, "
                  f"{short_plan(jb.unit_choices(q))})" for t, p, q in jb._all_trials))
+    # What the model saw and what the race measured, to replay the model
+    # offline (profiles-<model>.json): the units as the race fitted them,
+    # the copy bandwidths, the units' budget, and each trial's plan, step
+    # and peak.
+    r["model"] = {"units": [dict(u) for u in jb.model_units], "bandwidths": list(jb.bandwidths),
+                  "units_budget": jb._units_budget, "outside": jb.profile["outside"],
+                  "outside_ns": outside_ns, "index": list(jb._index),
+                  "trials": [{"step_ns": t, "peak": p, "choice": list(q["choice"])}
+                             for t, p, q in jb._all_trials]}
     r["wrap"] = lambda: ctx
     return r
 
@@ -213,7 +222,7 @@ def run_model(name, args, out):
     del again["grads"]
     lines = [head, f"{'budget':>7s} {'system':>14s} {'plan':>18s} {'mem x':>6s} "
              f"{'step x':>7s} {'spread':>6s} {'pred x':>7s} {'limit x':>7s}  identical"]
-    rows, plans = [], []
+    rows, plans, dumps = [], [], []
     for fraction in args.fractions:
         budget = int(fraction * p0)
         entries = []
@@ -247,6 +256,8 @@ def run_model(name, args, out):
             rows.append(row)
             if "text" in r:
                 plans.append(f"## {name}, budget {fraction}, {label}\n{r['text']}")
+            if "model" in r:
+                dumps.append(dict(r["model"], fraction=fraction, system=label))
             lines.append(
                 f"{fraction:7.2f} {label:>14s} {plan:>18s} {row['mem']:6.3f} "
                 f"{row['step']:7.3f} {r['spread']:6.3f} "
@@ -262,6 +273,8 @@ def run_model(name, args, out):
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"plans-{name}.txt"), "w") as f:
             f.write("\n\n".join(plans))
+        with open(os.path.join(out, f"profiles-{name}.json"), "w") as f:
+            json.dump(dumps, f)
     return lines, rows, frontier
 
 
