@@ -7,6 +7,9 @@ checkpointing), a second budget on the same model, the lean steady state
 fills a key/value cache in training, and the engine's saved-tensor hooks
 in force only inside the units a plan offloads."""
 
+import contextlib
+import warnings
+
 import pytest
 import torch
 
@@ -133,6 +136,69 @@ def test_batches_of_varying_length_through_the_profile_and_the_race():
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     assert not ctx.joint_budget.measuring
     assert set(ctx.joint_budget.unit_choices(ctx.joint_budget.plan)) != {"keep"}
+
+
+def _grads_of(model, ctx, *inputs):
+    """One step: the model on each input (all inside one `with ctx` when
+    given), the loss of their outputs' differences, and the gradients
+    (None for a parameter the step did not use)."""
+    torch.manual_seed(7)
+    for p in model.parameters():
+        p.grad = None
+    with ctx if ctx is not None else contextlib.nullcontext():
+        outs = [model(x) for x in inputs]
+    loss = sum(((out - 0.5 * i) ** 2).mean() for i, out in enumerate(outs))
+    (loss + (outs[0] - outs[-1]).pow(2).mean()).backward()
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+def _same(a, b):
+    return all((u is None and v is None) or torch.equal(u, v) for u, v in zip(a, b))
+
+
+class _SkipsALayer(Decoder):
+    """Stochastic depth: layer `skip` (if any) does not run this step."""
+    skip = None
+
+    def forward(self, x):
+        x = self.embed(x)
+        for i, layer in enumerate(self.layers):
+            if i != self.skip:
+                x = layer(x)[0]
+        return self.head(x)
+
+
+def test_a_layer_skipped_after_the_plan_and_two_forwards_in_one_context():
+    # Stochastic depth once the plan is settled: the layers after the
+    # skipped one run outside offloading that step (a warning says so),
+    # and every step stays bit-identical.
+    model = _SkipsALayer()
+    x = torch.randn(2, 32, 64)
+    ctx, _ = make(model, 0.6)
+    for it in range(20):
+        model.skip = None if it < 12 else it % 4
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _same(_grads_of(model, None, x), _grads_of(model, ctx, x)), it
+    assert not ctx.joint_budget.measuring
+    # Two forwards of the model inside one context (two views of a batch):
+    # the second runs its layers again, outside offloading; a budget that
+    # then cannot be kept is refused once, and the steps stay bit-identical.
+    model = Decoder()
+    ctx, _ = make(model, 0.6)
+    refused = 0
+    for it in range(16):
+        reference = _grads_of(model, None, x, x * 0.5)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = _grads_of(model, ctx, x, x * 0.5)
+        except ValueError as refusal:
+            assert "smallest that fits" in str(refusal)
+            refused += 1
+            continue
+        assert _same(reference, got), it
+    assert refused <= 1 and not ctx.joint_budget.measuring
 
 
 def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
