@@ -222,10 +222,10 @@ def _rerun_ratio(recomputed, kept, fwd, bwd, clock, skip):
     e.g. saving the RNG state). At least
     _LEAST_RERUN (a noisy stretch must not make re-runs look free); None
     if unknown. Why not the forward's time: a re-run is the forward's work
-    without the engine's hooks and with the checkpoint's own, and on the
-    GPU it differs both ways (H200: an eager-attention Llama layer re-ran
-    in 5.4-5.5 ms after a 4.96 ms forward; an SDPA one in 6.9 ms after
-    7.2). skip[i]: unit i is left out (not re-run there, or compiled:
+    without the engine's hooks and with the checkpoint's own (H200: the
+    issue's SDPA Llama layer re-ran in 6.6-6.7 ms after a 7.3 ms forward,
+    and the model then predicted checkpointing's step within 0.1%; an
+    eager-attention one in 4.8 ms after 4.95). skip[i]: unit i is left out (not re-run there, or compiled:
     its re-run there was the checkpointed variant's first call, a
     compilation)."""
     ratios = []
