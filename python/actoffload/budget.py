@@ -287,8 +287,10 @@ class JointBudget:
         tensor = _first_tensor(list(args) + list(kwargs.values()))
         r["input"][index] = _bytes(tensor) if tensor is not None else 0
         r["fwd"][index] = self._clock.mark()
+        # (Inference tensors have no version counter, and cannot be
+        # modified outside inference mode.)
         r["versions"][index] = [(t, t._version) for t in list(args) + list(kwargs.values())
-                                if isinstance(t, torch.Tensor)]
+                                if isinstance(t, torch.Tensor) and not t.is_inference()]
 
     def unit_ends(self, index, output):
         r = self._record
