@@ -175,6 +175,7 @@ class OffloadActivations:
         self._passthrough = False
         self._lean = False  # this forward runs without the engine (JointBudget.lean)
         self._refs = {}  # layer index -> (ref, engine layer) while it runs
+        self._warned_without_grad = False
         self._whole_ref = None
 
     # --- module hooks (listed layers) -----------------------------------------
@@ -182,6 +183,9 @@ class OffloadActivations:
         def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
+            if not torch.is_grad_enabled():
+                self._warn_without_grad(index)
+                return None  # it saves nothing: no step of the engine's
             ref, layer, offloaded = self.offloader.forward_step(index)
             self._refs[index] = (ref, layer)
             if self._joint is not None:
@@ -193,6 +197,21 @@ class OffloadActivations:
                 self._unit_hooks.unit_begins(index)
             return None
         return _common.eagerly(hook)
+
+    def _warn_without_grad(self, index):
+        """Once per context: unit `index` ran with grad disabled inside
+        the context's forward, where grad was enabled (a reentrant
+        checkpoint around it runs its forward under no_grad)."""
+        if self._warned_without_grad:
+            return
+        self._warned_without_grad = True
+        warnings.warn(
+            f"actoffload: layer {index} ran with grad disabled inside the forward (a "
+            "reentrant torch.utils.checkpoint around it, as Hugging Face's "
+            "gradient_checkpointing_enable() uses unless told use_reentrant=False): it "
+            "saves nothing for backward, so nothing of it is offloaded, recomputed or "
+            "measured; to checkpoint and offload together, checkpoint with "
+            "use_reentrant=False", stacklevel=3)
 
     def _post_hook(self, index):
         def hook(module, args, output):

@@ -13,6 +13,7 @@ import warnings
 import pytest
 import torch
 
+import actoffload
 from actoffload import _common
 from budget_testing import CheckpointedDecoder, Decoder, Layer, make, seeded_step
 from models import assert_identical
@@ -233,6 +234,40 @@ def test_a_layer_skipped_after_the_plan_and_two_forwards_in_one_context():
             continue
         assert _same(reference, got), it
     assert refused <= 1 and not ctx.joint_budget.measuring
+
+
+class _ReentrantDecoder(Decoder):
+    """Each layer inside a reentrant checkpoint (Hugging Face's
+    gradient_checkpointing_enable() without use_reentrant=False): the
+    layer's forward, hooks included, runs under no_grad."""
+
+    def forward(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=True)[0]
+        return self.head(x)
+
+
+@pytest.mark.parametrize("door", ["layers", "budget"])
+def test_layers_inside_a_reentrant_checkpoint_warn_once_and_stay_bit_identical(door):
+    # They save nothing for backward: nothing to offload, recompute or
+    # measure. One warning says so and how to combine the two; before, each
+    # step's engine iteration saw layers begin and no backward, and every
+    # step warned that it had been abandoned.
+    model = _ReentrantDecoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    if door == "layers":
+        ctx = actoffload.OffloadActivations(layers=model.layers, backend="sim",
+                                            min_offload_size=1024)
+    else:
+        ctx, _ = make(model, 0.6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            assert_identical(reference, seeded_step(model, x, ctx))
+    messages = [str(w.message) for w in caught if "actoffload" in str(w.message)]
+    assert len(messages) == 1 and "use_reentrant=False" in messages[0], messages
 
 
 def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
