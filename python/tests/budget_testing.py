@@ -150,13 +150,15 @@ class Decoder(torch.nn.Module):
 
 
 class CheckpointedDecoder(Decoder):
-    """Each layer's call inside a non-reentrant checkpoint, as Hugging Face's
-    gradient checkpointing wraps it."""
+    """Each layer's call inside a checkpoint, as Hugging Face's gradient
+    checkpointing wraps it: non-reentrant, unless a subclass says
+    otherwise."""
+    use_reentrant = False
 
     def forward(self, x):
         x = self.embed(x)
         for layer in self.layers:
-            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)[0]
+            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=self.use_reentrant)[0]
         return self.head(x)
 
 

@@ -236,16 +236,11 @@ def test_a_layer_skipped_after_the_plan_and_two_forwards_in_one_context():
     assert refused <= 1 and not ctx.joint_budget.measuring
 
 
-class _ReentrantDecoder(Decoder):
+class _ReentrantDecoder(CheckpointedDecoder):
     """Each layer inside a reentrant checkpoint (Hugging Face's
     gradient_checkpointing_enable() without use_reentrant=False): the
     layer's forward, hooks included, runs under no_grad."""
-
-    def forward(self, x):
-        x = self.embed(x)
-        for layer in self.layers:
-            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=True)[0]
-        return self.head(x)
+    use_reentrant = True
 
 
 @pytest.mark.parametrize("door", ["layers", "budget"])
