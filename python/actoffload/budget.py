@@ -163,7 +163,7 @@ class JointBudget:
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._clock = None
-        self._mutating = set()  # units seen to modify an input in place
+        self._not_rerun = set()  # units that cannot be re-run (_recomputable)
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -288,16 +288,18 @@ class JointBudget:
         r["input"][index] = _bytes(tensor) if tensor is not None else 0
         r["fwd"][index] = self._clock.mark()
         # (Inference tensors have no version counter, and cannot be
-        # modified outside inference mode.)
-        r["versions"][index] = [(t, t._version) for t in list(args) + list(kwargs.values())
-                                if isinstance(t, torch.Tensor) and not t.is_inference()]
+        # modified outside inference mode; but no checkpoint can save one.)
+        tensors = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
+        if any(t.is_inference() for t in tensors):
+            self._not_rerun.add(index)
+        r["versions"][index] = [(t, t._version) for t in tensors if not t.is_inference()]
 
     def unit_ends(self, index, output):
         r = self._record
         if r is None:
             return
         if any(t._version != v for t, v in r["versions"][index]):
-            self._mutating.add(index)
+            self._not_rerun.add(index)
         r["versions"][index] = None
         r["fwd_end"][index] = self._clock.mark()
         r["after"][index] = self.probe.allocated()
@@ -358,8 +360,11 @@ class JointBudget:
         allowed and its forward was not seen to modify an input in place
         (a block beginning with `x.relu_()`): re-run from the modified
         input, it would compute something else, and torch ≥ 2's checkpoint
-        refuses it in the backward ("modified by an inplace operation")."""
-        return self.allow_recompute and index not in self._mutating
+        refuses it in the backward ("modified by an inplace operation"),
+        and none of its arguments is an inference tensor (a mask made under
+        `torch.inference_mode`): torch ≥ 2's checkpoint saves the inputs
+        for backward, which autograd refuses for an inference tensor."""
+        return self.allow_recompute and index not in self._not_rerun
 
     def _selective_allowed(self, index):
         return (self._recomputable(index) and recompute.selective_available()
