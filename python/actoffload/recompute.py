@@ -5,7 +5,8 @@ so, and the unit's own forward elsewhere. A unit is recomputed whole
 the torch version has selective-checkpoint policies: the outputs of its
 costly ops, matmuls and attention, are saved beside its input, and only the
 cheap ops between them, norms, activation functions, softmax, residual
-sums, run again before its backward). A selective unit may also be
+sums, and the matmuls that are cheap for the bytes they make, attention
+scores, run again before its backward). A selective unit may also be
 offloaded ("selective-offload"): the outputs it saves go to host through
 the budget's engine loop and come back before its re-run."""
 
@@ -47,11 +48,42 @@ def _saved_packets():
                      if hasattr(torch.ops.aten, name))
 
 
+# A matmul whose output is more than this many times the elements of its
+# two operands together is run again rather than saved. Such an output is
+# cheap for its bytes: each element sums K products, and K is under a
+# quarter of the output's shorter side. Eager attention's scores (query
+# times key: heads x tokens^2 elements, summing over the head dimension)
+# are the one such matmul of a transformer layer, its largest tensor;
+# Megatron's selective recompute re-runs them too. A linear layer's output
+# is smaller than its input and weight together, and stays saved.
+_CHEAP_MATMUL = 4
+
+# The matmuls, by aten name, and the argument holding their left operand.
+_MATMUL_LEFT = {"mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}
+
+
+@functools.lru_cache(maxsize=1)
+def _matmul_packets():
+    return {getattr(torch.ops.aten, name): left for name, left in _MATMUL_LEFT.items()}
+
+
+def _saves(op, args):
+    """Whether the selective policy saves `op`'s output (see above)."""
+    packet = getattr(op, "_overloadpacket", op)
+    if packet not in _saved_packets():
+        return False
+    left = _matmul_packets().get(packet)
+    if left is None:
+        return True
+    a, b = args[left], args[left + 1]
+    out = a.numel() // a.shape[-1] * b.shape[-1]
+    return out <= _CHEAP_MATMUL * (a.numel() + b.numel())
+
+
 def _policy(ctx, op, *args, **kwargs):
     """Saves the costly ops' outputs; everything else runs again."""
     policy = torch.utils.checkpoint.CheckpointPolicy
-    packet = getattr(op, "_overloadpacket", op)
-    return policy.MUST_SAVE if packet in _saved_packets() else policy.PREFER_RECOMPUTE
+    return policy.MUST_SAVE if _saves(op, args) else policy.PREFER_RECOMPUTE
 
 
 class _Replayed(list):

@@ -104,13 +104,13 @@ def _bf16_eager_reference():
                     reason="needs torch >= 2.4 (selective checkpoint)")
 def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
     # The second profile iteration runs every layer selectively: eager
-    # attention's softmax is re-run, not saved, so each layer saves well
-    # under what it saves whole; every step, that one and the race's,
+    # attention's scores and softmax are re-run, not saved, so each layer
+    # saves under a third of what it saves whole; every step, that one and the race's,
     # bit-identical to no offloading. (Whether the plan then takes the
     # choice is the planner's: PyTorch's policy runs in Python for every
     # op, and on this H100 that costs about as much as a whole re-run.)
     # In bf16, as trained: the softmax is float32, its copy for the next
-    # matmul bf16; selectively, the bf16 scores are kept instead of both.
+    # matmul bf16; selectively, neither is kept, nor the bf16 scores.
     model, ids, loss, grads = _bf16_eager_reference()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.5)
     steps = 0
@@ -121,7 +121,7 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
         assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
     joint = ctx.joint_budget
     units = [joint.profile["units"][place] for place in joint._index]
-    assert all(u["selective_bytes"] < 0.6 * u["saved_bytes"] for u in units), units
+    assert all(u["selective_bytes"] < 0.3 * u["saved_bytes"] for u in units), units
     assert got_peak <= joint.budget_bytes * 1.02, (got_peak, joint.budget_bytes)
 
 

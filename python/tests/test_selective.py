@@ -40,13 +40,13 @@ class _Budget:
         return self.mode
 
 
-def _backward_matmuls(mode):
+def _backward_matmuls(mode, hidden=32, tokens=16):
     """(matmuls the backward of one layer runs, its input's gradient)."""
     torch.manual_seed(0)
-    layer = Layer(32)
+    layer = Layer(hidden)
     if mode is not None:
         layer.forward = recompute.Checkpointed(_Budget(mode), 0, layer.forward)
-    x = torch.randn(2, 16, 32, requires_grad=True)
+    x = torch.randn(2, tokens, hidden, requires_grad=True)
     torch.manual_seed(7)  # the same dropout masks
     out = layer(x)[0]
     counter = _CountMatmuls()
@@ -64,6 +64,17 @@ def test_a_selective_unit_reruns_its_cheap_ops_and_no_matmul():
     assert full > plain
     assert selective == plain
     assert torch.equal(full_grad, plain_grad)
+    assert torch.equal(selective_grad, plain_grad)
+
+
+def test_a_selective_unit_reruns_the_attention_scores_of_a_long_sequence():
+    # 256 tokens over a head of 16: the scores (query times key) have 8
+    # times the elements of query and key together, cheap to make again
+    # for their bytes; the selective re-run repeats that one matmul and no
+    # linear layer's.
+    plain, plain_grad = _backward_matmuls(None, hidden=16, tokens=256)
+    selective, selective_grad = _backward_matmuls("selective", hidden=16, tokens=256)
+    assert selective == plain + 1
     assert torch.equal(selective_grad, plain_grad)
 
 
