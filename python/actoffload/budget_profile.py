@@ -28,13 +28,15 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
         share_times(fwd, bwd, kinds)
     known = [b / f for b, f in zip(bwd, fwd) if b is not None and f > 0]
     ratio = sorted(known)[len(known) // 2] if known else 2.0
-    sel_ratio = (None if selective_record is None
-                 else _median_gain(selective_record, r, fwd, bwd, clock))
+    kinds = kinds or [None] * n
+    sel_ratio = ([None] * n if selective_record is None
+                 else _median_per_kind(_selective_gains(selective_record, r, fwd, bwd, clock),
+                                       kinds))
     recomputable = recomputable or [True] * n
-    rerun = (None if recompute_record is None
-             else _rerun_ratio(recompute_record, r, fwd, bwd, clock,
-                               [(compiled and compiled[i]) or not recomputable[i]
-                                for i in range(n)]))
+    rerun = ([None] * n if recompute_record is None
+             else _median_per_kind(_rerun_ratios(recompute_record, r, fwd, bwd, clock,
+                                                 [(compiled and compiled[i]) or not recomputable[i]
+                                                  for i in range(n)]), kinds))
     # Bytes above the forward's start. What stays beside the units
     # throughout: what ran before them (embeddings) or, as their
     # backward begins, the head's gradients. What the code between two
@@ -69,13 +71,13 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
             "backward_ns": bwd[i] if bwd[i] is not None and i > 0 else fwd[i] * ratio,
             "recomputable": recomputable[i],
             "input_bytes": min(r["input"][i], saved[i]),
-            "recompute_ns": (fwd[i] if rerun is None or (compiled and compiled[i])
-                             else rerun * fwd[i]),
+            "recompute_ns": (fwd[i] if rerun[i] is None or (compiled and compiled[i])
+                             else rerun[i] * fwd[i]),
             "recompute_bytes": left[i],
             "forward_transient_bytes": max(r["forward_peak"][i] - outside - so_far[i], 0),
             "backward_transient_bytes": max(r["backward_peak"][i] - outside - so_far[i], 0)})
         if selective_record is not None and selective[i]:
-            units[-1].update(_selective_cost(selective_record, i, units[-1], sel_ratio))
+            units[-1].update(_selective_cost(selective_record, i, units[-1], sel_ratio[i]))
     if selective_record is not None:
         _selective_transients(selective_record, [units[p] for p in index],
                               outside, least_glue)
@@ -191,19 +193,38 @@ def share_times(fwd, bwd, kinds):
                 bwd[i] = b
 
 
-def _median_gain(selective, kept, fwd, bwd, clock):
-    """The median, over units, of the time a selective unit gains per ns of
-    its forward: its backward's re-run of the cheap ops, and its forward's
-    caching of the costly ones' outputs (the policy sees every op); None if
-    unknown."""
-    gains = []
+def _selective_gains(selective, kept, fwd, bwd, clock):
+    """Per unit, the time it gained run selectively per ns of its forward:
+    its backward's re-run of the cheap ops, and its forward's caching of
+    the costly ones' outputs (the policy sees every op); None if unknown."""
+    gains = [None] * len(fwd)
     for i in range(1, len(fwd)):
         if not _comparable(selective, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
         sel_bwd = clock.ns(selective["bwd"][i], selective["bwd"][i - 1])
         sel_fwd = clock.ns(selective["fwd"][i], selective["fwd_end"][i])
-        gains.append(max(sel_bwd - bwd[i] + sel_fwd - fwd[i], 0.0) / fwd[i])
-    return sorted(gains)[len(gains) // 2] if gains else None
+        gains[i] = max(sel_bwd - bwd[i] + sel_fwd - fwd[i], 0.0) / fwd[i]
+    return gains
+
+
+def _median_per_kind(values, kinds):
+    """Each unit's share of its forward from one iteration's `values` (None
+    where not measured; one unit's is too noisy alone): the median over the
+    measured units of its kind (unit_kind), or, where none of its kind was
+    measured, over all; None if nothing was. Per kind, because one median
+    over an eager Llama's attention and MLP blocks priced the attention
+    blocks' selective re-runs at the MLP blocks' share (0.69 ms after a
+    4.25 ms forward): all-selective blocks measured 154 ms where the model
+    said 103 (H200, run 50)."""
+    def median(measured):
+        return sorted(measured)[len(measured) // 2] if measured else None
+
+    overall = median([v for v in values if v is not None])
+    of_kind = {}
+    for v, kind in zip(values, kinds):
+        if v is not None:
+            of_kind.setdefault(kind, []).append(v)
+    return [median(of_kind[kind]) if kind in of_kind else overall for kind in kinds]
 
 
 def _comparable(record, kept, i):
@@ -214,29 +235,28 @@ def _comparable(record, kept, i):
             and record["fwd_end"][i] is not None and record["input"][i] == kept["input"][i])
 
 
-def _rerun_ratio(recomputed, kept, fwd, bwd, clock, skip):
-    """The median, over units, of a full re-run's time per ns of the unit's
-    forward, from the profile iteration that recomputes every unit: what
-    its backward's stretch took there over the kept one's, and its forward
-    under checkpoint over the kept forward (the checkpoint's own work,
-    e.g. saving the RNG state). At least
-    _LEAST_RERUN (a noisy stretch must not make re-runs look free); None
-    if unknown. Why not the forward's time: a re-run is the forward's work
-    without the engine's hooks and with the checkpoint's own (H200: the
-    issue's SDPA Llama layer re-ran in 6.6-6.7 ms after a 7.3 ms forward,
-    and the model then predicted checkpointing's step within 0.1%; an
-    eager-attention one in 4.8 ms after 4.95). skip[i]: unit i is left out (not re-run there, or compiled:
-    its re-run there was the checkpointed variant's first call, a
-    compilation)."""
-    ratios = []
+def _rerun_ratios(recomputed, kept, fwd, bwd, clock, skip):
+    """Per unit, a full re-run's time per ns of its forward, from the
+    profile iteration that recomputes every unit: what its backward's
+    stretch took there over the kept one's, and its forward under
+    checkpoint over the kept forward (the checkpoint's own work, e.g.
+    saving the RNG state); at least _LEAST_RERUN (a noisy stretch must not
+    make re-runs look free); None if unknown. Why not the forward's time: a
+    re-run is the forward's work without the engine's hooks and with the
+    checkpoint's own (H200: the issue's SDPA Llama layer re-ran in 6.6-6.7
+    ms after a 7.3 ms forward, and the model then predicted checkpointing's
+    step within 0.1%; an eager-attention one in 4.8 ms after 4.95).
+    skip[i]: unit i is left out (not re-run there, or compiled: its re-run
+    there was the checkpointed variant's first call, a compilation)."""
+    ratios = [None] * len(fwd)
     for i in range(1, len(fwd)):
         if skip[i] or not _comparable(recomputed, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
         rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])
         rec_fwd = clock.ns(recomputed["fwd"][i], recomputed["fwd_end"][i])
         extra = rec_bwd - bwd[i] + rec_fwd - fwd[i]
-        ratios.append(max(extra / fwd[i], _LEAST_RERUN))
-    return sorted(ratios)[len(ratios) // 2] if ratios else None
+        ratios[i] = max(extra / fwd[i], _LEAST_RERUN)
+    return ratios
 
 
 _LEAST_RERUN = 0.5

@@ -367,7 +367,8 @@ def test_a_re_run_costs_what_the_recompute_iteration_measured():
     # Kept, each backward's stretch (from its gradient to the previous
     # unit's) takes 200; recomputed in full, units 1..3 take 330, 360 and
     # 320: re-runs of 1.3, 1.6 and 1.2 forwards, so each unit's re-run is
-    # priced at the median, 1.3 forwards, not at its forward's 100.
+    # priced at the median of its kind, 1.3 forwards, not at its forward's
+    # 100.
     clock = Clock(False)
     n = 4
     def record(bwd, end):
@@ -407,6 +408,16 @@ def test_a_re_run_costs_what_the_recompute_iteration_measured():
     # re-runs free: half a forward at least.
     fast = record([1500, 1400, 1300, 1200], 1600)
     assert rerun(recompute_record=fast) == pytest.approx([50.0] * n)
+    # Units of two kinds (attention and MLP blocks) each take their own
+    # kind's median: 1.6 for units 0 and 2 (unit 0's backward stretch holds
+    # the embeddings': not compared), 1.3 of 1.2 and 1.3 for 1 and 3. So
+    # does a selective re-run, timed the same way in its iteration.
+    blocks = ["attention", "mlp"] * 2
+    profiled, index = budget_profile.make_profile(
+        kept, recomputed, clock, [True] * n, kinds=blocks, recompute_record=recomputed)
+    units = [profiled["units"][p] for p in index]
+    assert [u["recompute_ns"] for u in units] == pytest.approx([160.0, 130.0] * 2)
+    assert [u["selective_ns"] for u in units] == pytest.approx([160.0, 130.0] * 2)
 
 
 class _Watched:

@@ -104,7 +104,8 @@ def test_the_budget_plans_selective_where_it_frees_bytes_cheaply(monkeypatch):
     # predicts fastest, the race's first. (The re-run's time is set: on CPU
     # tensors this small, the policy's dispatch costs more than the ops it
     # spares, and the race may then keep a whole re-run.)
-    monkeypatch.setattr(budget_profile, "_median_gain", lambda *args: 0.05)
+    monkeypatch.setattr(budget_profile, "_selective_gains",
+                        lambda selective, kept, fwd, *args: [0.05] * len(fwd))
     model = Decoder(layers=4)
     x = torch.randn(2, 16, 64)
     reference = seeded_step(model, x)
