@@ -12,6 +12,7 @@ the budget's engine loop and come back before its re-run."""
 
 import copy
 import functools
+import math
 
 import torch
 import torch.utils._pytree
@@ -76,7 +77,7 @@ def _saves(op, args):
     if left is None:
         return True
     a, b = args[left], args[left + 1]
-    out = a.numel() // a.shape[-1] * b.shape[-1]
+    out = math.prod(a.shape[:-1]) * b.shape[-1]
     return out <= _CHEAP_MATMUL * (a.numel() + b.numel())
 
 
