@@ -6,7 +6,11 @@ torch.profiler, and prints per plan: the step, the compute stream's kernel
 time and its idle gaps, the copies' time and bandwidth, and how much slower
 the same kernels run while a copy runs beside them.
 
-    PYTHONPATH=python python trace_eager.py OUT_DIR
+    PYTHONPATH=python python trace_eager.py OUT_DIR [FRACTION [HIDDEN TOKENS VOCAB FFN ATTN]]
+
+(Session 12 added the model's shape as arguments, e.g. the issue's SDPA
+Llama: OUT 0.41 4096 8192 8192 2.75 sdpa; and a trace of the step without
+offloading. Without them it runs session 10's model.)
 """
 import collections
 import contextlib
@@ -25,8 +29,11 @@ from actoffload.budget_bench import short_plan
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 fraction = float(sys.argv[2]) if len(sys.argv) > 2 else 0.8
 torch.use_deterministic_algorithms(True, warn_only=True)
-model = demo.build_model("llama", 2048, 8, "eager", 0)
-ids = torch.randint(0, 32000, (1, 4096), generator=torch.Generator().manual_seed(0)).cuda()
+hidden, tokens, vocab, ffn, attn = (
+    (int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), sys.argv[7])
+    if len(sys.argv) > 7 else (2048, 4096, 32000, None, "eager"))
+model = demo.build_model("llama", hidden, 8, attn, 0, vocab=vocab, ffn=ffn)
+ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(0)).cuda()
 
 
 def step(ctx):
@@ -103,7 +110,14 @@ torch.cuda.synchronize()
 for _ in range(2):
     step(contextlib.nullcontext())
 plain = timed(contextlib.nullcontext())
-report.append(f"no offload: {plain:.2f} ms")
+path = os.path.join(out_dir, "trace-plain.json")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
+                                        torch.profiler.ProfilerActivity.CPU]) as prof:
+    step(contextlib.nullcontext())
+    torch.cuda.synchronize()
+prof.export_chrome_trace(path)
+report.append(f"no offload: {plain:.2f} ms\n" + analyse(path))
+os.remove(path)
 ctx = actoffload.OffloadActivations(model, budget_fraction=fraction)
 jb = ctx.joint_budget
 for _ in range(actoffload.budget.WARMUP_ITERATIONS + 3):
@@ -133,5 +147,5 @@ for name, (t, p, plan) in trials.items():
     os.remove(path)
 text = "\n".join(report)
 print(text)
-with open(os.path.join(out_dir, f"trace-eager-{fraction}.txt"), "w") as f:
+with open(os.path.join(out_dir, f"trace-{attn}-{hidden}-{fraction}.txt"), "w") as f:
     f.write(text + "\n")
