@@ -108,10 +108,22 @@ def test_a_unit_that_modifies_its_input_in_place_is_never_rerun(allow_offload):
     # version change and plans the unit kept or offloaded; the others may
     # still be recomputed.
     model = Decoder()
+    _replace_middle_layers(model, _ScalesItsInput)
+    _middle_layers_never_rerun(model, allow_offload)
+
+
+def _replace_middle_layers(model, layer_class):
+    """Layers 1 and 2 of a Decoder become `layer_class`, same weights."""
     for i in (1, 2):
-        scaling = _ScalesItsInput(64)
-        scaling.load_state_dict(model.layers[i].state_dict())
-        model.layers[i] = scaling
+        layer = layer_class(64)
+        layer.load_state_dict(model.layers[i].state_dict())
+        model.layers[i] = layer
+
+
+def _middle_layers_never_rerun(model, allow_offload):
+    """Every step bit-identical through the profile, the race and the plan;
+    the profile finds layers 1 and 2 not recomputable, and the plan keeps
+    or offloads them (with offload off, it recomputes the others)."""
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, _ = make(model, 0.85, allow_offload=allow_offload)
@@ -137,10 +149,7 @@ class _MaskedDecoder(Decoder):
 
     def __init__(self):
         super().__init__()
-        for i in (1, 2):
-            masked = _Masked(64)
-            masked.load_state_dict(self.layers[i].state_dict())
-            self.layers[i] = masked
+        _replace_middle_layers(self, _Masked)
         with torch.inference_mode():  # built once, as a cached mask may be
             self.mask = torch.full((32, 64), 0.01)
 
@@ -157,20 +166,8 @@ def test_an_inference_tensor_among_a_units_arguments(allow_offload):
     # Made under torch.inference_mode, it has no version counter to read
     # (the profile's check for inputs modified in place skips it), and no
     # checkpoint can save it for backward (torch >= 2 raises): the units
-    # taking it are never re-run. The steps stay bit-identical through the
-    # profile, the race and the plan.
-    model = _MaskedDecoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    ctx, _ = make(model, 0.85, allow_offload=allow_offload)
-    for _ in range(8):
-        assert_identical(reference, seeded_step(model, x, ctx))
-    joint = ctx.joint_budget
-    units = [joint.profile["units"][p] for p in joint._index]
-    assert [u["recomputable"] for u in units] == [True, False, False, True]
-    choices = joint.unit_choices(joint.plan)
-    assert choices[1] in ("keep", "offload") and choices[2] in ("keep", "offload"), choices
-    assert ("recompute" in choices) if not allow_offload else set(choices) != {"keep"}, choices
+    # taking it are never re-run.
+    _middle_layers_never_rerun(_MaskedDecoder(), allow_offload)
 
 
 def test_batches_of_varying_length_through_the_profile_and_the_race():
