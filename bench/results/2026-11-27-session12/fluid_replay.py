@@ -5,10 +5,13 @@ EvaluateJoint), replayed on a bench dump (profiles-*.json). It has one
 option, --fluid: a unit that must make room frees only the bytes needed at
 that point, waits only for that prefix of its copy, and keeps the rest on
 device. The rest can be freed later if a later unit needs room, or in full
-at the forward's end if the backward does. --search tries every choice
-the units allow and prints the five fastest.
+at the forward's end if the backward does. With --late, a unit freed
+because the backward needs room goes as the first backward slot that
+overflows without it begins, its copy waited for there, not at the
+forward's end. --search tries every choice the units allow and prints the
+five fastest.
 
-    python3 fluid_replay.py DUMP [--fluid] [--search | PLAN ...]
+    python3 fluid_replay.py DUMP [--fluid] [--late] [--search | PLAN ...]
 
 PLAN is a letter per unit (K keep, O offload, R recompute, S selective,
 Q selective-offload), e.g. QQQSSRSKK. Without --fluid the port predicts
@@ -66,7 +69,7 @@ def rerun_ns(u, c):
     return u["selective_ns"] if selective(c) else 0
 
 
-def evaluate(units, d2h, h2d, budget, choice, fluid=False):
+def evaluate(units, d2h, h2d, budget, choice, fluid=False, late=False):
     """(step ns, stall ns, plan) of `choice`, or None if it does not fit;
     plan as the engine's model returns it: a unit the rules free is
     offloaded (O, or Q if selective), one they leave is kept (K, or S)."""
@@ -101,36 +104,46 @@ def evaluate(units, d2h, h2d, budget, choice, fluid=False):
             return None
         resident += need[i]
 
+    late_slot = [0] * n  # the backward slot from which a unit's sent bytes are gone
+
     def place_backward():
-        """(mem, extra, reload slot) per slot, or None when a slot overflows."""
+        """(mem, extra, reload slot) per slot; else the first slot that
+        overflows (-1: a reload finds no room)."""
         mem, extra, slot = [0] * n, [0] * n, [-1] * n
         for i in range(n):
             for s in range(n - i):
-                mem[s] += need[i] - sent[i]
+                mem[s] += need[i] - (sent[i] if s >= late_slot[i] else 0)
             mem[n - 1 - i] += recreated(units[i], rerun[i])
             extra[n - 1 - i] = backward_transient(units[i], rerun[i])
-        if any(m + e > budget for m, e in zip(mem, extra)):
-            return None
+        over = [s for s in range(n) if mem[s] + extra[s] > budget]
+        if over:
+            return over[0]
         first = 0
         for u in reversed(range(n)):
             if not sent[u]:
                 continue
-            fits = [s for s in range(first, n - u)
+            fits = [s for s in range(max(first, late_slot[u] + 1 if late_slot[u] else 0), n - u)
                     if max(mem[t] + extra[t] for t in range(s, n - u)) + sent[u] <= budget]
             if not fits:
-                return None
+                return -1
             slot[u] = first = fits[0]
             for s in range(first, n - u):
                 mem[s] += sent[u]
         return mem, extra, slot
 
     placed = place_backward()
-    while placed is None:              # the backward needs more room: free at the forward's end
+    while not isinstance(placed, tuple):  # the backward needs more room
         rest = [j for j in range(n - 1) if releasable(j) and sent[j] < host[j]]
         if not rest:
             return None
-        sent[rest[0]] = host[rest[0]]
-        waits[n - 1].append((rest[0], 1.0, host[rest[0]]))
+        j = rest[0]
+        if late and not sent[j] and 0 <= placed < n - 1 - j:
+            # Freed as the backward slot that overflows begins, its copy
+            # waited for there, not at the forward's end.
+            late_slot[j] = placed
+        else:
+            waits[n - 1].append((j, 1.0, host[j]))
+        sent[j] = host[j]
         placed = place_backward()
     _, _, slot = placed
 
@@ -160,6 +173,10 @@ def evaluate(units, d2h, h2d, budget, choice, fluid=False):
     # Backward, time.
     h2d_free, back = t, [0.0] * n
     for s in range(n):
+        for v in range(n):
+            if sent[v] and late_slot[v] == s and s > 0 and done[v] > t:
+                stall += done[v] - t
+                t = done[v]
         for v in reversed(range(n)):
             if slot[v] == s:
                 h2d_free = max(h2d_free, t, done[v]) + sent[v] / h2d
@@ -178,7 +195,7 @@ def evaluate(units, d2h, h2d, budget, choice, fluid=False):
 
 def main(argv):
     dump = json.load(open(argv[0]))[0]
-    fluid = "--fluid" in argv
+    fluid, late = "--fluid" in argv, "--late" in argv
     units, (d2h, h2d), budget = dump["units"], dump["bandwidths"], dump["units_budget"]
     outside = dump["outside_ns"]
     if "--search" in argv:
@@ -189,12 +206,12 @@ def main(argv):
             options.append(allowed)
         found = {}
         for plan in itertools.product(*options):
-            got = evaluate(units, d2h, h2d, budget, [LETTERS[c] for c in plan], fluid)
+            got = evaluate(units, d2h, h2d, budget, [LETTERS[c] for c in plan], fluid, late)
             if got is not None:
                 found[got[2]] = got
         results = sorted(found.values())[:5]
     else:
-        results = [evaluate(units, d2h, h2d, budget, [LETTERS[c] for c in p], fluid) or p
+        results = [evaluate(units, d2h, h2d, budget, [LETTERS[c] for c in p], fluid, late) or p
                    for p in argv[1:] if not p.startswith("--")]
     for got in results:
         print(f"{got}: does not fit" if isinstance(got, str) else
