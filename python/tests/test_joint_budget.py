@@ -362,6 +362,31 @@ def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
     assert predicted(["recompute"] * 3) == recomputed["peak"]
 
 
+def _timed_record(bwd, end, n=4):
+    """A profile record of n units by host clock (ns): forwards of 100 one
+    after the other, each holding 100 bytes; `bwd[i]` when unit i's
+    gradient arrived, `end` when the backward pass ended."""
+    return {"base": 0, "before": [10 + 100 * i for i in range(n)],
+            "after": [110 + 100 * i for i in range(n)], "input": [5] * n,
+            "fwd": [100 * i for i in range(n)],
+            "fwd_end": [100 * i + 100 for i in range(n)],
+            "bwd": bwd, "end": end, "forward_peak": [120 + 100 * i for i in range(n)],
+            "backward_peak": [420] * n, "head_peak": 420,
+            "bwd_allocated": [0, 0, 0, 400], "peak": 420}
+
+
+def test_the_first_units_backward_is_its_forward_times_its_kinds_ratio():
+    # Unit 0's backward stretch holds the embeddings' backward too, so its
+    # backward is priced from its kind: attention units (0 and 2) whose
+    # backward takes 1 forward, MLP units (1 and 3) 3 forwards. One ratio
+    # over all units (3, the median of 3, 1, 3) priced it at 300.
+    kept = _timed_record([1500, 1200, 1100, 800], 1700)
+    profiled, index = budget_profile.make_profile(
+        kept, None, Clock(False), [False] * 4, kinds=["attention", "mlp"] * 2)
+    units = [profiled["units"][p] for p in index]
+    assert [u["backward_ns"] for u in units] == pytest.approx([100.0, 300.0, 100.0, 300.0])
+
+
 def test_a_re_run_costs_what_the_recompute_iteration_measured():
     # By hand, host clock (ns). Four units of one kind, each forward 100.
     # Kept, each backward's stretch (from its gradient to the previous
@@ -371,14 +396,7 @@ def test_a_re_run_costs_what_the_recompute_iteration_measured():
     # 100.
     clock = Clock(False)
     n = 4
-    def record(bwd, end):
-        return {"base": 0, "before": [10 + 100 * i for i in range(n)],
-                "after": [110 + 100 * i for i in range(n)], "input": [5] * n,
-                "fwd": [100 * i for i in range(n)],
-                "fwd_end": [100 * i + 100 for i in range(n)],
-                "bwd": bwd, "end": end, "forward_peak": [120 + 100 * i for i in range(n)],
-                "backward_peak": [420] * n, "head_peak": 420,
-                "bwd_allocated": [0, 0, 0, 400], "peak": 420}
+    record = _timed_record
     kept = record([1400, 1200, 1000, 800], 1500)
     recomputed = record([2500, 2170, 1810, 1490], 2600)
     def rerun(compiled=None, recompute_record=recomputed):
