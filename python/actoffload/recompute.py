@@ -56,7 +56,8 @@ def _saved_packets():
 # times key: heads x tokens^2 elements, summing over the head dimension)
 # are the one such matmul of a transformer layer, its largest tensor;
 # Megatron's selective recompute re-runs them too. A linear layer's output
-# is smaller than its input and weight together, and stays saved.
+# is about the size of its input and weight together at most (an MLP's
+# up-projection: 1.2 times), and stays saved.
 _CHEAP_MATMUL = 4
 
 # The matmuls, by aten name, and the argument holding their left operand.
