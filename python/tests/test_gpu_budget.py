@@ -107,8 +107,8 @@ def test_eager_attention_layers_run_selectively_bit_identical_and_save_less():
     # attention's scores and softmax are re-run, not saved, so each layer
     # saves under a third of what it saves whole; every step, that one and the race's,
     # bit-identical to no offloading. (Whether the plan then takes the
-    # choice is the planner's: PyTorch's policy runs in Python for every
-    # op, and on this H100 that costs about as much as a whole re-run.)
+    # choice is the planner's: re-running eager attention's scores and
+    # softmax costs about what a whole re-run does, H200 run 49.)
     # In bf16, as trained: the softmax is float32, its copy for the next
     # matmul bf16; selectively, neither is kept, nor the bf16 scores.
     model, ids, loss, grads = _bf16_eager_reference()
