@@ -66,9 +66,15 @@ from . import _common, budget_profile, recompute
 from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
 # Names of the attention and MLP blocks inside a decoder layer (Hugging Face
-# Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; torchtune).
-_BLOCK_NAMES = ("self_attn", "attn", "attention", "mlp", "block_sparse_moe",
-                "feed_forward", "ffn")
+# Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; Bloom and Falcon's self_attention;
+# torchtune).
+_BLOCK_NAMES = ("self_attn", "self_attention", "attn", "attention", "mlp",
+                "block_sparse_moe", "feed_forward", "ffn")
+# A layer is split into its named blocks only where they hold at least this
+# share of its parameters. Elsewhere the rest would be glue, which the plan
+# can neither offload nor recompute: OPT's MLP is two Linear children of the
+# layer and no module of its own, so its blocks would be its attention alone.
+_BLOCKS_COVER = 0.9
 # The race's options (engine/plan/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
 # RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
@@ -95,8 +101,9 @@ LEAN = True
 
 def find_units(layers, granularity):
     """The units, in forward order: the layers themselves ("layer"), or each
-    layer's attention and MLP blocks ("block"; a layer without them is its
-    own unit)."""
+    layer's attention and MLP blocks ("block"; a layer without them, or
+    whose blocks hold less than _BLOCKS_COVER of its parameters, is its own
+    unit)."""
     if granularity == "layer":
         return list(layers)
     if granularity != "block":
@@ -105,8 +112,14 @@ def find_units(layers, granularity):
     for layer in layers:
         blocks = [child for name, child in layer.named_children()
                   if name in _BLOCK_NAMES]
-        units.extend(blocks if blocks else [layer])
+        total = _parameter_count(layer)
+        covered = sum(_parameter_count(block) for block in blocks)
+        units.extend(blocks if blocks and covered >= _BLOCKS_COVER * total else [layer])
     return units
+
+
+def _parameter_count(module):
+    return sum(p.numel() for p in module.parameters())
 
 
 # The plan's choices whose units the engine offloads.

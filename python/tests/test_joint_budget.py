@@ -76,6 +76,31 @@ def test_blocks_are_units_and_mixed_plans_stay_bit_identical():
                                       granularity="op", backend="sim")
 
 
+def test_a_layer_is_split_only_where_its_blocks_hold_its_parameters():
+    # Bloom and Falcon name their attention self_attention; OPT's MLP is two
+    # Linear children of the layer, no module of its own: split, its
+    # attention alone would be a unit and the MLP glue the plan can neither
+    # offload nor recompute, so the layer stays whole.
+    class Bloomish(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attention = torch.nn.Linear(64, 192)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 64))
+            self.post_attention_layernorm = torch.nn.LayerNorm(64)
+
+    class Optish(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = torch.nn.Linear(64, 192)
+            self.fc1 = torch.nn.Linear(64, 256)
+            self.fc2 = torch.nn.Linear(256, 64)
+
+    bloom, opt = Bloomish(), Optish()
+    units = budget.find_units([bloom, opt, bloom], "block")
+    assert units == [bloom.self_attention, bloom.mlp, opt, bloom.self_attention, bloom.mlp]
+    assert budget.find_units([bloom, opt], "layer") == [bloom, opt]
+
+
 def test_what_code_between_units_leaves_is_glue_the_plan_counts():
     # Blocks leave norms and residual adds between them: glue, one more
     # unit of the plan each, neither offloaded nor recomputed, and counted
