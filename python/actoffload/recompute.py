@@ -69,10 +69,10 @@ def _matmul_packets():
     return {getattr(torch.ops.aten, name): left for name, left in _MATMUL_LEFT.items()}
 
 
-def _saves(op, args):
+def _saves(op, args, kwargs=None):
     """Whether the selective policy saves `op`'s output (see above)."""
     packet = getattr(op, "_overloadpacket", op)
-    if packet not in _saved_packets():
+    if packet not in _saved_packets() or _draws_random(op, args, kwargs or {}):
         return False
     left = _matmul_packets().get(packet)
     if left is None:
@@ -82,10 +82,26 @@ def _saves(op, args):
     return out <= _CHEAP_MATMUL * (a.numel() + b.numel())
 
 
+def _draws_random(op, args, kwargs):
+    """Whether this call of `op` draws random numbers: an attention kernel
+    with dropout (dropout_p above 0), or an op PyTorch tags as seeded. Such
+    an op runs again in the re-run. The re-run restores the RNG state the
+    forward began with and must draw what the forward drew, in the same
+    order. An output read from the saved ones draws nothing, so every random
+    op after it would draw other numbers: GPT-2's SDPA attention with
+    dropout, saved, left the residual dropout after it another mask."""
+    schema = getattr(op, "_schema", None)
+    for i, argument in enumerate(schema.arguments if schema is not None else ()):
+        if argument.name == "dropout_p":
+            p = args[i] if i < len(args) else kwargs.get("dropout_p", argument.default_value)
+            return bool(p)
+    return torch.Tag.nondeterministic_seeded in getattr(op, "tags", ())
+
+
 def _policy(ctx, op, *args, **kwargs):
     """Saves the costly ops' outputs; everything else runs again."""
     policy = torch.utils.checkpoint.CheckpointPolicy
-    return policy.MUST_SAVE if _saves(op, args) else policy.PREFER_RECOMPUTE
+    return policy.MUST_SAVE if _saves(op, args, kwargs) else policy.PREFER_RECOMPUTE
 
 
 class _Replayed(list):

@@ -78,6 +78,44 @@ def test_a_selective_unit_reruns_the_attention_scores_of_a_long_sequence():
     assert torch.equal(selective_grad, plain_grad)
 
 
+class _AttentionWithDropout(torch.nn.Module):
+    """GPT-2's attention with SDPA: the kernel's own dropout, then the
+    residual dropout after the projection, both drawing from the RNG."""
+
+    def __init__(self, hidden=32, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.proj = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        b, t, h = x.shape
+        q, k, v = (y.view(b, t, self.heads, -1).transpose(1, 2)
+                   for y in self.qkv(x).split(h, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.5,
+                                                             is_causal=True)
+        y = self.proj(y.transpose(1, 2).reshape(b, t, h))
+        return torch.nn.functional.dropout(y, 0.5, training=True) + x
+
+
+def test_a_selective_unit_with_dropout_inside_attention_stays_bit_identical():
+    # Saved, the attention kernel would not draw in the re-run, and the
+    # residual dropout after it would draw other numbers than the forward's.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    grads = {}
+    for mode in (None, "selective", "recompute"):
+        torch.manual_seed(0)
+        unit = _AttentionWithDropout().to(device)
+        if mode is not None:
+            unit.forward = recompute.Checkpointed(_Budget(mode), 0, unit.forward)
+        x = torch.randn(2, 64, 32, device=device, requires_grad=True)
+        torch.manual_seed(7)
+        unit(x).square().sum().backward()
+        grads[mode] = [x.grad] + [p.grad for p in unit.parameters()]
+    for mode in ("selective", "recompute"):
+        assert all(torch.equal(a, b) for a, b in zip(grads[None], grads[mode])), mode
+
+
 def test_a_selective_unit_backs_up_twice_with_retain_graph():
     # PyTorch's selective checkpoint refuses a second backward through the
     # same forward; a budget's unit must not (SPEC §7: retain_graph).

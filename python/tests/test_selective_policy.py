@@ -4,6 +4,7 @@ operands together, eager attention's scores, runs again. The policy is a
 pure function of the op and its arguments' shapes, checked here on any
 torch; test_selective.py runs it under PyTorch's selective checkpoint."""
 
+import pytest
 import torch
 
 from actoffload import recompute
@@ -45,3 +46,21 @@ def test_cheap_ops_run_again():
 def test_a_matmul_over_an_empty_contraction():
     # No division by its width: (4, 0) @ (0, 4) makes 16 elements from none.
     assert not recompute._saves(aten.mm.default, (_t(4, 0), _t(0, 4)))
+
+
+def test_an_op_that_draws_random_numbers_runs_again():
+    # The re-run restores the forward's RNG state and must draw what it drew.
+    assert recompute._draws_random(aten.native_dropout.default, (_t(4, 4), 0.5, True), {})
+    assert not recompute._draws_random(aten.mm.default, (_t(4, 4), _t(4, 4)), {})
+
+
+def test_an_attention_kernel_is_saved_only_without_dropout():
+    name = next((n for n in ("_scaled_dot_product_efficient_attention",
+                             "_scaled_dot_product_flash_attention_for_cpu")
+                 if hasattr(aten, n)), None)
+    if name is None:
+        pytest.skip("this torch has no SDPA kernels")
+    op, q = getattr(aten, name).default, _t(1, 1, 1024, 64)
+    assert recompute._saves(op, (q, q, q))
+    assert recompute._saves(op, (q, q, q), {"dropout_p": 0.0})
+    assert not recompute._saves(op, (q, q, q), {"dropout_p": 0.1})

@@ -26,6 +26,7 @@ value).
 import contextlib
 import sys
 import traceback
+import warnings
 
 import torch
 import transformers as tf
@@ -72,7 +73,7 @@ ARCHS = [
     ("GlmConfig", None, {}),
     ("SmolLM3Config", None, {}),
     ("BertConfig", "AutoModelForMaskedLM", {}),
-    ("T5Config", "AutoModelForSeq2SeqLM", {"d_model": 1024, "d_ff": 2816, "num_layers": 4,
+    ("T5Config", "AutoModelForSeq2SeqLM", {"decoder_start_token_id": 0, "d_model": 1024, "d_ff": 2816, "num_layers": 4,
                                            "num_decoder_layers": 4, "num_heads": 8, "d_kv": 128}),
 ]
 
@@ -153,7 +154,8 @@ def budget_door(model, ids, ref, fraction, granularity):
                     "selective-offload": "Q"}[c] for c in jb.unit_choices(jb.plan))
     over = max(peaks) > limit * 1.02
     return (("PEAK OVER " if over else "ok ") + f"{plan} peak {max(peaks) / ref[2]:.3f} "
-            f"budget {limit / ref[2]:.3f} after {steps} steps{note}")
+            f"budget {limit / ref[2]:.3f} after {steps} steps{note}"
+            + (f"\n{ctx.budget_plan()}" if over else ""))
 
 
 def run(arch):
@@ -209,8 +211,13 @@ def doors(arch):
         for granularity in ("layer", "block"):
             door = f"budget {granularity} {fraction}"
             try:
-                print(f"  {door:14s} {budget_door(model, ids, ref, fraction, granularity)}",
-                      flush=True)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    result = budget_door(model, ids, ref, fraction, granularity)
+                print(f"  {door:14s} {result}", flush=True)
+                if not result.startswith("ok"):
+                    for message in sorted({str(w.message)[:300] for w in caught}):
+                        print(f"    warned: {message}", flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"  {door:14s} {type(e).__name__}: {str(e)[:300]}", flush=True)
                 traceback.print_exc(limit=-4)
