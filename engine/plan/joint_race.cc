@@ -453,20 +453,7 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
       out.applied = true;
       return out;
     }
-    const RaceTrial& lowest = Lowest(all_trials_);
-    out.warning = "actoffload: no plan keeps the budget of " +
-                  std::to_string(budget_) +
-                  " bytes as measured; keeping the one measured lowest (" +
-                  std::to_string(lowest.peak_bytes) + " bytes)";
-    if (!refusal_.empty()) {
-      // The budget is the smallest the model named after a refusal, not the
-      // user's: the smallest that fits is what was measured.
-      out.warning += ", the smallest that fits as measured";
-      budget_ = lowest.peak_bytes;
-    }
-    Apply(lowest.plan);
-    settled_ = true;
-    checks_left_ = 0;
+    out.warning = KeepLowest();
     out.applied = true;
     return out;
   }
@@ -487,9 +474,40 @@ bool JointRace::WarmUpEnded(int iteration) {
 
 void JointRace::SettleOnBest() {
   const RaceTrial* best = Kept(all_trials_, Allowed(), options_.offload_tie);
-  Apply(best != nullptr ? best->plan : Lowest(all_trials_).plan);
+  if (best == nullptr) {
+    KeepLowest();
+    return;
+  }
+  Apply(best->plan);
   settled_ = true;
   checks_left_ = 0;
+}
+
+std::string JointRace::KeepLowest() {
+  const RaceTrial& lowest = Lowest(all_trials_);
+  std::string warning;
+  if (refusal_.empty()) {
+    // SPEC 7.8: the caller's budget, which no plan keeps as measured, is
+    // refused once, naming the smallest that fits as measured.
+    refusal_ = "actoffload: a budget of " + std::to_string(budget_) +
+               " bytes cannot be kept as measured (every plan the warm-up "
+               "ran measured over it); the smallest that fits as measured is " +
+               std::to_string(lowest.peak_bytes) +
+               " bytes, planned for that instead";
+  } else {
+    // The budget is the smallest the model named after a refusal, not the
+    // user's: told already, the caller hears it once more as a warning.
+    warning = "actoffload: no plan keeps the budget of " +
+              std::to_string(budget_) +
+              " bytes as measured; keeping the one measured lowest (" +
+              std::to_string(lowest.peak_bytes) +
+              " bytes), the smallest that fits as measured";
+  }
+  budget_ = lowest.peak_bytes;
+  Apply(lowest.plan);
+  settled_ = true;
+  checks_left_ = 0;
+  return warning;
 }
 
 void JointRace::Calibrate(double step_ns, const std::vector<bool>& recompute) {

@@ -32,9 +32,9 @@
 //    lowered by the least excess and planned anew; where it cannot be
 //    lowered below the smallest, the recompute-only plan for its smallest
 //    budget runs once (LastResort) and is kept if it fits; else the plan
-//    measured lowest is kept (with a warning). After a refusal the budget
-//    is the model's smallest, not the caller's: there it becomes that
-//    plan's measured peak, the smallest that fits as measured.
+//    measured lowest is kept, and its measured peak becomes the budget,
+//    the smallest that fits as measured (KeepLowest: a refusal of the
+//    caller's budget; a warning where the budget was refused already).
 //  - A kept plan whose checked peak is over is lowered the same way and the
 //    race starts again. Once warmup_iterations are spent, a race still
 //    running keeps the best plan measured (WarmUpEnded).
@@ -161,7 +161,7 @@ class JointRace {
   bool WarmUpEnded(int iteration);
 
   // Keeps the fastest plan measured within the budget, else the one
-  // measured lowest; no more checks.
+  // measured lowest (KeepLowest); no more checks.
   // REQUIRES: a trial since Start (all_trials() not empty).
   void SettleOnBest();
 
@@ -238,6 +238,11 @@ class JointRace {
   // 0.45-1.1 GiB over, and the one measured lowest (x4.3 of the step) was
   // kept over the budget.
   std::optional<RacePlan> LastResort();
+  // Keeps the plan measured lowest, settled, and makes its measured peak
+  // the budget. The caller's budget is refused (refusal()); a budget
+  // refused already gets the returned warning instead.
+  // REQUIRES: a trial since Start.
+  std::string KeepLowest();
   void Apply(const RacePlan& plan);
   // A plan of the current units for `budget`, with their excesses.
   RacePlan Made(JointPlan plan, int64_t budget) const;

@@ -324,7 +324,9 @@ TEST(JointRaceTest, AFasterTrialOverTheBudgetByTooLittleIsNotRacedAgain) {
 
 // Far over whatever the plan: the units' budget cannot go below the
 // smallest (300). The recompute-only plan for its smallest budget runs
-// last, over too, so the plan measured lowest is kept, with a warning.
+// last, over too, so the plan measured lowest is kept and the caller's
+// budget refused (SPEC 7.8), naming that plan's measured peak, which
+// becomes the budget.
 TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
   JointRace race = FourUnits(1.0, 700);
   ASSERT_OK(race.Start());
@@ -339,10 +341,14 @@ TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
   EXPECT_THAT(last.warning, IsEmpty());
   EXPECT_FALSE(race.settled());
   EXPECT_EQ(Choices(race.plan()), "RRRK");  // the last resort
+  EXPECT_THAT(race.refusal(), IsEmpty());
   last = RunCandidate(race, 1000, 9500);
-  EXPECT_EQ(last.warning,
-            "actoffload: no plan keeps the budget of 700 bytes as measured; "
-            "keeping the one measured lowest (9000 bytes)");
+  EXPECT_THAT(last.warning, IsEmpty());
+  EXPECT_EQ(race.refusal(),
+            "actoffload: a budget of 700 bytes cannot be kept as measured "
+            "(every plan the warm-up ran measured over it); the smallest that "
+            "fits as measured is 9000 bytes, planned for that instead");
+  EXPECT_EQ(race.budget(), 9000);
   EXPECT_TRUE(last.applied);
   EXPECT_EQ(Choices(race.plan()), ran[1]);
   EXPECT_TRUE(race.settled());
@@ -378,7 +384,7 @@ TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheRecomputeOnlySmallestIsTriedLast) 
   for (int k = 0; k < 1 + static_cast<int>(offload_only.candidates().size()); ++k) {
     end = RunCandidate(offload_only, 1000, 9000);
   }
-  EXPECT_THAT(end.warning, HasSubstr("keeping the one measured lowest"));
+  EXPECT_THAT(offload_only.refusal(), HasSubstr("cannot be kept as measured"));
   EXPECT_TRUE(offload_only.settled());
 }
 
@@ -415,6 +421,21 @@ TEST(JointRaceTest, TheWarmUpEndingMidRaceKeepsTheFastestThatFit) {
   EXPECT_EQ(Choices(race.plan()), first);
   EXPECT_FALSE(race.Measuring(27));
   EXPECT_FALSE(race.WarmUpEnded(27));  // once
+}
+
+// The warm-up ends with every plan measured over: the lowest is kept and
+// the caller's budget refused, as where the race gives up.
+TEST(JointRaceTest, TheWarmUpEndingWithNothingThatFitRefusesTheBudget) {
+  JointRace race = FourUnits(1.0, 700);
+  ASSERT_OK(race.Start());
+  const std::string first = Choices(race.plan());
+  RunCandidate(race, 1500, 760);
+  RunCandidate(race, 1100, 800);
+  race.Measured(1.0, 0);  // the third plan's first run
+  EXPECT_TRUE(race.WarmUpEnded(26));
+  EXPECT_EQ(Choices(race.plan()), first);
+  EXPECT_THAT(race.refusal(), HasSubstr("the smallest that fits as measured is 760 bytes"));
+  EXPECT_EQ(race.budget(), 760);
 }
 
 // At 3 B/ns and budget 700 the joint plan offloads units 0 and 1. Its step

@@ -34,7 +34,8 @@ before the forward. Its life:
   2. Plan: the engine's joint planner (_C.plan_joint, engine/plan/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
-     smallest that fits) and the smallest is planned instead.
+     smallest that fits) and the smallest is planned instead. So is one
+     that no plan the warm-up runs keeps as measured (JointRace).
   3. Run: recomputed units run under torch.utils.checkpoint (non-reentrant,
      RNG state preserved); offloaded units are the engine's layers, with a
      schedule table (SPEC §4.2) releasing and reloading them where the
@@ -168,7 +169,8 @@ class JointBudget:
         self.plan = None    # the engine's plan dict, once made
         self.profile = None
         self.peaks = []     # measured peak above the forward's start, per iteration
-        self.refusal = None
+        self.refusal = None  # to raise at the next forward
+        self._refused = False  # whether the race's refusal was taken
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
@@ -256,6 +258,7 @@ class JointBudget:
         self.iteration += 1
         if not self.measuring:
             if self._race is not None and self._race.warm_up_ended(self.iteration):
+                self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
             self._record = None
             return
@@ -365,6 +368,7 @@ class JointBudget:
             warning = self._race.measured(step, record["peak"])
             if warning is not None:
                 warnings.warn(warning, stacklevel=2)
+            self._take_refusal()
             self._apply(self._race.plan)
 
     # --- profile, plan, calibration ---------------------------------------------
@@ -429,8 +433,15 @@ class JointBudget:
             warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE,
             tolerance_bytes=getattr(self.probe, "granularity", 0))
         self._race.start()
-        self.refusal = self._race.refusal
+        self._take_refusal()
         self._apply(self._race.plan)
+
+    def _take_refusal(self):
+        """The race's refusal, raised once at the next forward (SPEC §7.8):
+        made at the start (no plan fits the model), or when no plan the
+        warm-up ran fits as measured."""
+        if self._race.refusal is not None and not self._refused:
+            self.refusal, self._refused = self._race.refusal, True
 
     def _apply(self, plan):
         if self.plan is not None and plan["choice"] == self.plan["choice"]:

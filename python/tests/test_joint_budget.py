@@ -5,6 +5,8 @@ allocator counters: budget_testing.ScriptedProbe). The GPU tests
 (test_gpu_budget.py) measure for real; training-loop patterns are in
 test_budget_loops.py."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -187,20 +189,30 @@ def test_what_recomputed_units_hold_beyond_the_profile_is_measured_and_planned()
 
 
 def test_where_no_plan_can_be_lowered_enough_the_lowest_measured_is_kept():
+    # ... and the caller's budget is refused once at the next forward
+    # (SPEC §7.8), naming that plan's measured peak, which becomes the budget.
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx, probe = make(model, 0.8)
     profile(model, x, ctx)
     joint = ctx.joint_budget
+    asked = joint.budget_bytes
     probe.over = 50 * UNIT  # far over, whatever the plan
-    with pytest.warns(UserWarning, match="keeping the one measured lowest"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         while joint.measuring:
             assert_identical(reference, seeded_step(model, x, ctx))
+    assert not [w for w in caught if "measured" in str(w.message)]  # refused, not warned
     probe.over = 0
-    assert not joint.measuring
     lowest = min(joint._all_trials, key=lambda t: (t[1], t[0]))
     assert joint.plan["choice"] == lowest[2]["choice"]
+    assert joint.budget_bytes == lowest[1] > asked
+    with pytest.raises(ValueError, match=f"a budget of {asked} bytes cannot be kept as "
+                       f"measured.*the smallest that fits as measured is {lowest[1]} bytes"):
+        seeded_step(model, x, ctx)
+    for _ in range(2):  # once
+        assert_identical(reference, seeded_step(model, x, ctx))
 
 
 def test_warm_up_runs_each_candidate_and_keeps_one_that_fits(monkeypatch):

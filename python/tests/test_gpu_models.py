@@ -1,0 +1,137 @@
+"""Every front door on Hugging Face architectures nobody here wrote, on the
+GPU (skipped without CUDA or transformers, or where this transformers lacks
+the architecture): each built from its config (small, bf16, its default
+dropout on), and each door's steps against the same step without the package:
+torchtune's usage, TE's door over all but the last layer, and the memory
+budget per layer and per block (its profile, every plan it races and the one
+it keeps; then its peak, as the user measures it, within the budget + 2%).
+With eager attention (deterministic) loss and every gradient are bit-identical.
+With SDPA, whose backward is not deterministic, the loss is identical and
+each gradient within four times a repeat's own difference.
+
+Found by bench/results/2026-11-28-session13/models_sweep.py on 27
+architectures: GPT-2's SDPA attention draws its dropout inside the kernel,
+and a selective unit that saved it drew other masks after it; Bloom's and
+Falcon's attention is `self_attention`; OPT's MLP is two Linear children."""
+
+import contextlib
+import os
+
+import pytest
+import torch
+
+import actoffload
+from actoffload.demo import te_hooks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+tf = pytest.importorskip("transformers")
+
+HIDDEN, VOCAB, TOKENS = 512, 1000, 1024
+
+# config class -> settings beside the common ones (hidden, 4 layers, 4 heads)
+ARCHITECTURES = {
+    "MistralConfig": {"num_key_value_heads": 2, "sliding_window": 512},
+    "Phi3Config": {"pad_token_id": 0},
+    "GPTNeoXConfig": {},  # attention and MLP side by side on one input
+    "BloomConfig": {},  # ALiBi; `self_attention`
+    "OPTConfig": {"ffn_dim": 2048, "word_embed_proj_dim": HIDDEN, "pad_token_id": 0},
+    "MixtralConfig": {"num_local_experts": 4, "intermediate_size": 512},
+    "Gemma2Config": {},
+    "GPT2Config": {},  # dropout 0.1 in attention, residual and embeddings
+}
+
+
+def build(name, attention):
+    config = getattr(tf, name)()
+    settings = {"hidden_size": HIDDEN, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": 4, "intermediate_size": 1408, "head_dim": HIDDEN // 4,
+                "vocab_size": VOCAB, "max_position_embeddings": 4 * TOKENS,
+                "n_positions": 4 * TOKENS, "use_cache": False}
+    for key, value in settings.items():
+        if hasattr(config, key):
+            setattr(config, key, value)
+    for key, value in ARCHITECTURES[name].items():
+        setattr(config, key, value)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    return model.to(device="cuda", dtype=torch.bfloat16).train()
+
+
+def step(model, ids, ctx=None):
+    """(loss, gradients, peak above the memory before the forward)."""
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(7)  # the same dropout masks in every step
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with ctx if ctx is not None else contextlib.nullcontext():
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    torch.cuda.synchronize()
+    return (loss.detach(), [p.grad.clone() for p in model.parameters()],
+            torch.cuda.max_memory_allocated() - base)
+
+
+def checker(model, ids, attention):
+    """(the step without the package, a check that another step equals it)."""
+    reference = step(model, ids)
+    tolerance = None
+    if attention == "sdpa":
+        again = step(model, ids)
+        tolerance = [max(4 * (a.float() - b.float()).abs().max().item(),
+                         1e-3 * a.float().abs().max().item())
+                     for a, b in zip(reference[1], again[1])]
+
+    def check(got, what):
+        assert torch.equal(reference[0], got[0]), what
+        for i, (a, b) in enumerate(zip(reference[1], got[1])):
+            if tolerance is None:
+                assert torch.equal(a, b), (what, i)
+            else:
+                assert (a.float() - b.float()).abs().max().item() <= tolerance[i], (what, i)
+    return reference, check
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _reproducible():
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_every_door_on_an_architecture_nobody_here_wrote(name, attention):
+    if not hasattr(tf, name):
+        pytest.skip(f"this transformers has no {name}")
+    model = build(name, attention)
+    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    reference, check = checker(model, ids, attention)
+    layers = actoffload.find_layers(model)
+    assert len(layers) == 4
+    for _ in range(2):
+        check(step(model, ids, actoffload.OffloadActivations()), "torchtune")
+    ctx, sync = actoffload.get_cpu_offload_context(True, num_layers=3, model_layers=4)
+    for _ in range(2):
+        check(step(model, ids, te_hooks(model, ctx, sync)), "te")
+    for granularity in ("layer", "block"):
+        budget = int(0.6 * reference[2])
+        ctx = actoffload.OffloadActivations(model, budget_bytes=budget, granularity=granularity)
+        refused = False
+        for _ in range(80):
+            try:
+                check(step(model, ids, ctx), granularity)
+            except ValueError:  # no plan fits: refused once, the smallest planned
+                assert not refused
+                refused = True
+            if not ctx.joint_budget.measuring:
+                break
+        assert not ctx.joint_budget.measuring
+        peak = max(step(model, ids, ctx)[2] for _ in range(2))
+        kept = ctx.joint_budget.budget_bytes if refused else budget
+        assert peak <= kept * 1.02, (granularity, peak, kept, ctx.budget_plan())
+        assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
