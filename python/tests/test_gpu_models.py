@@ -7,7 +7,8 @@ budget per layer and per block (its profile, every plan it races and the one
 it keeps; then its peak, as the user measures it, within the budget + 2%).
 With eager attention (deterministic) loss and every gradient are bit-identical.
 With SDPA, whose backward is not deterministic, the loss is identical and
-each gradient within four times a repeat's own difference.
+each gradient within four times a repeat's own difference or 1% of its
+largest value (a wrong dropout mask moved GPT-2's by far more).
 
 Found by bench/results/2026-11-28-session13/models_sweep.py on 27
 architectures: GPT-2's SDPA attention draws its dropout inside the kernel,
@@ -53,7 +54,10 @@ def build(name, attention):
     for key, value in ARCHITECTURES[name].items():
         setattr(config, key, value)
     torch.manual_seed(0)
-    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    try:
+        model = tf.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
+    except ValueError as unsupported:  # Bloom has no SDPA
+        pytest.skip(str(unsupported)[:80])
     return model.to(device="cuda", dtype=torch.bfloat16).train()
 
 
@@ -80,7 +84,7 @@ def checker(model, ids, attention):
     if attention == "sdpa":
         again = step(model, ids)
         tolerance = [max(4 * (a.float() - b.float()).abs().max().item(),
-                         1e-3 * a.float().abs().max().item())
+                         1e-2 * a.float().abs().max().item())
                      for a, b in zip(reference[1], again[1])]
 
     def check(got, what):
@@ -125,10 +129,11 @@ def test_every_door_on_an_architecture_nobody_here_wrote(name, attention):
         for _ in range(80):
             try:
                 check(step(model, ids, ctx), granularity)
-            except ValueError:  # no plan fits: refused once, the smallest planned
-                assert not refused
+            except ValueError:  # none fits: refused once (after the profile or
+                assert not refused  # the warm-up), the smallest planned
                 refused = True
-            if not ctx.joint_budget.measuring:
+                continue
+            if not ctx.joint_budget.measuring and ctx.joint_budget.refusal is None:
                 break
         assert not ctx.joint_budget.measuring
         peak = max(step(model, ids, ctx)[2] for _ in range(2))

@@ -1,0 +1,42 @@
+"""Issue 30, session 13: OPT with SDPA (test_gpu_models.py's size), the budget
+per layer at 0.6: each step's peak through the warm-up and after, with the
+lean steady state (budget.LEAN) and without. Run 60 measured the kept plan
+7% over the budget after the warm-up.
+
+    PYTHONPATH=python:python/tests python opt_peak.py [NAME] [ATTENTION]
+"""
+import sys
+
+import torch
+
+import actoffload
+from actoffload import budget
+import test_gpu_models as t
+
+name = sys.argv[1] if len(sys.argv) > 1 else "OPTConfig"
+attention = sys.argv[2] if len(sys.argv) > 2 else "sdpa"
+for lean in (True, False):
+    budget.LEAN = lean
+    model = t.build(name, attention)
+    ids = torch.randint(0, t.VOCAB, (1, t.TOKENS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    t.step(model, ids)
+    peak0 = t.step(model, ids)[2]
+    ctx = actoffload.OffloadActivations(model, budget_bytes=int(0.6 * peak0))
+    jb = ctx.joint_budget
+    rows = []
+    for i in range(40):
+        measuring = jb.measuring
+        try:
+            p = t.step(model, ids, ctx)[2]
+        except ValueError as e:
+            rows.append(f"{i}: refused {str(e)[:60]}")
+            continue
+        plan = "".join(c[0].upper() for c in jb.unit_choices(jb.plan)) if jb.plan else "-"
+        rows.append(f"{i}:{'m' if measuring else 's'} {plan} "
+                    f"{p / peak0:.3f}")
+    print(f"LEAN={lean}: no offload {peak0} B, budget {jb.budget_bytes / peak0:.3f}")
+    print("  " + ", ".join(rows))
+    print("  " + ctx.budget_plan().replace("\n", "\n  "))
+    del model, ctx
+    torch.cuda.empty_cache()
