@@ -15,7 +15,7 @@ import test_gpu_models as t
 
 name = sys.argv[1] if len(sys.argv) > 1 else "OPTConfig"
 attention = sys.argv[2] if len(sys.argv) > 2 else "sdpa"
-for lean in (True, False):
+for lean in (True,):
     budget.LEAN = lean
     model = t.build(name, attention)
     ids = torch.randint(0, t.VOCAB, (1, t.TOKENS), device="cuda",
@@ -38,5 +38,11 @@ for lean in (True, False):
     print(f"LEAN={lean}: no offload {peak0} B, budget {jb.budget_bytes / peak0:.3f}")
     print("  " + ", ".join(rows))
     print("  " + ctx.budget_plan().replace("\n", "\n  "))
+    print("  the race's peaks:", [p / peak0 for p in jb.peaks])
+    print("  its trials:", [(round(s / 1e6, 2), round(p / peak0, 3),
+                             "".join(c[0].upper() for c in jb.unit_choices(q)))
+                            for s, p, q in jb._all_trials])
+    print("  budget", jb.budget_bytes, "race budget", jb._race.budget, "units budget",
+          jb._units_budget, "outside", jb.profile["outside"])
     del model, ctx
     torch.cuda.empty_cache()
