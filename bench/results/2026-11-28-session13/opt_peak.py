@@ -13,6 +13,20 @@ import actoffload
 from actoffload import budget
 import test_gpu_models as t
 
+# Where the race's window ends: each pass's end as the race sees it (its
+# queued callback) against the user's (after backward), in MB above the
+# forward's start.
+ends = []
+_pass_ended = budget.JointBudget._pass_ended
+
+
+def pass_ended(self, record):
+    torch.cuda.synchronize()
+    ends.append((torch.cuda.max_memory_allocated() - record["base"]) / 1e6)
+    _pass_ended(self, record)
+
+
+budget.JointBudget._pass_ended = pass_ended
 name = sys.argv[1] if len(sys.argv) > 1 else "OPTConfig"
 attention = sys.argv[2] if len(sys.argv) > 2 else "sdpa"
 for lean in (True,):
@@ -33,6 +47,8 @@ for lean in (True,):
             rows.append(f"{i}: refused {str(e)[:60]}")
             continue
         plan = "".join(c[0].upper() for c in jb.unit_choices(jb.plan)) if jb.plan else "-"
+        if i in (7, 8) and ends:
+            rows.append(f"[at the race's end {ends[-1]:.2f} MB, the user's {p / 1e6:.2f} MB]")
         rows.append(f"{i}:{'m' if measuring else 's'} {plan} "
                     f"{p / peak0:.3f}")
     print(f"LEAN={lean}: no offload {peak0} B, budget {jb.budget_bytes / peak0:.3f}")
