@@ -22,7 +22,8 @@ _pass_ended = budget.JointBudget._pass_ended
 
 def pass_ended(self, record):
     torch.cuda.synchronize()
-    ends.append((torch.cuda.max_memory_allocated() - record["base"]) / 1e6)
+    ends.append((torch.cuda.max_memory_allocated() / 1e6, record["base"] / 1e6,
+                 torch.cuda.memory_allocated() / 1e6))
     _pass_ended(self, record)
 
 
@@ -48,7 +49,10 @@ for lean in (True,):
             continue
         plan = "".join(c[0].upper() for c in jb.unit_choices(jb.plan)) if jb.plan else "-"
         if i in (7, 8) and ends:
-            rows.append(f"[at the race's end {ends[-1]:.2f} MB, the user's {p / 1e6:.2f} MB]")
+            rows.append(f"[at the race's end: max {ends[-1][0]:.2f} MB, its base {ends[-1][1]:.2f}, "
+                        f"allocated {ends[-1][2]:.2f}; the user's: max "
+                        f"{torch.cuda.max_memory_allocated() / 1e6:.2f}, peak {p / 1e6:.2f}, "
+                        f"allocated {torch.cuda.memory_allocated() / 1e6:.2f}]")
         rows.append(f"{i}:{'m' if measuring else 's'} {plan} "
                     f"{p / peak0:.3f}")
     print(f"LEAN={lean}: no offload {peak0} B, budget {jb.budget_bytes / peak0:.3f}")
