@@ -17,11 +17,18 @@ import test_gpu_models as t
 # queued callback) against the user's (after backward), in MB above the
 # forward's start.
 ends = []
+marks = []
 _pass_ended = budget.JointBudget._pass_ended
+
+
+def _trace():
+    snapshot = torch.cuda.memory._snapshot()
+    return [e for t in snapshot["device_traces"] for e in t]
 
 
 def pass_ended(self, record):
     torch.cuda.synchronize()
+    marks.append(len(_trace()))
     ends.append((torch.cuda.max_memory_allocated() / 1e6, record["base"] / 1e6,
                  torch.cuda.memory_allocated() / 1e6))
     _pass_ended(self, record)
@@ -48,6 +55,16 @@ for lean in (True,):
             rows.append(f"{i}: refused {str(e)[:60]}")
             continue
         plan = "".join(c[0].upper() for c in jb.unit_choices(jb.plan)) if jb.plan else "-"
+        if i == 8:
+            for e in _trace()[marks[-1]:]:
+                if e["action"] in ("alloc", "free_requested"):
+                    frames = [f"{f['filename'].split('/')[-1]}:{f['line']} {f['name']}"
+                              for f in e.get("frames", [])
+                              if f["filename"].endswith(".py")][:6]
+                    rows.append(f"\n    after the race's end: {e['action']} {e['size']} "
+                                f"{frames}")
+        if i == 7:
+            torch.cuda.memory._record_memory_history(max_entries=200000)
         if i in (7, 8) and ends:
             rows.append(f"[at the race's end: max {ends[-1][0]:.2f} MB, its base {ends[-1][1]:.2f}, "
                         f"allocated {ends[-1][2]:.2f}; the user's: max "
