@@ -58,13 +58,15 @@ for lean in (True,):
         if i == 8:
             for e in _trace()[marks[-1]:]:
                 if e["action"] in ("alloc", "free_requested"):
-                    frames = [f"{f['filename'].split('/')[-1]}:{f['line']} {f['name']}"
-                              for f in e.get("frames", [])
-                              if f["filename"].endswith(".py")][:6]
+                    frames = [f["name"][:90] for f in e.get("frames", [])
+                              if "at::native" in f["name"] or "autograd" in f["name"]
+                              or "Engine" in f["name"] or "python" in f["name"].lower()][:8]
                     rows.append(f"\n    after the race's end: {e['action']} {e['size']} "
                                 f"{frames}")
         if i == 7:
-            torch.cuda.memory._record_memory_history(max_entries=200000)
+            # C++ stacks: gathering Python's broke the checkpoint's early stop
+            # (an exception pending inside its recompute).
+            torch.cuda.memory._record_memory_history(max_entries=200000, stacks="cpp")
         if i in (7, 8) and ends:
             rows.append(f"[at the race's end: max {ends[-1][0]:.2f} MB, its base {ends[-1][1]:.2f}, "
                         f"allocated {ends[-1][2]:.2f}; the user's: max "
