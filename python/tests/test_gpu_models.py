@@ -73,8 +73,8 @@ def step(model, ids, ctx=None):
         loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     torch.cuda.synchronize()
-    return (loss.detach(), [p.grad.clone() for p in model.parameters()],
-            torch.cuda.max_memory_allocated() - base)
+    peak = torch.cuda.max_memory_allocated() - base  # before the gradients' copies
+    return loss.detach(), [p.grad.clone() for p in model.parameters()], peak
 
 
 def checker(model, ids, attention):
