@@ -376,13 +376,24 @@ void JointRace::FitExcess() {
 RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
   if (settled_) {  // a check of the kept plan
     --checks_left_;
+    if (peak_bytes <= Allowed()) return {};
     const int64_t lowered = Lowered(peak_bytes);
-    if (peak_bytes > Allowed() && lowered >= SmallestUnits()) {
+    if (lowered >= SmallestUnits()) {
       settled_ = false;
       units_budget_ = lowered;
       return Replan();
     }
-    return {};
+    // Over, and no plan of the units is smaller: the check's peak is the
+    // kept plan's, and the plan measured lowest is kept (KeepLowest).
+    for (RaceTrial& t : all_trials_) {
+      if (SameChoice(t.plan.plan, plan_.plan)) {
+        t.peak_bytes = std::max(t.peak_bytes, peak_bytes);
+      }
+    }
+    RaceStep out;
+    out.warning = KeepLowest();
+    out.applied = true;
+    return out;
   }
   runs_.push_back({step_ns, peak_bytes});
   if (static_cast<int>(runs_.size()) < options_.runs_per_candidate) {

@@ -406,6 +406,33 @@ TEST(JointRaceTest, AKeptPlanOverInItsCheckIsLoweredAndRacedAgain) {
   EXPECT_TRUE(race.trials().empty());
 }
 
+// A kept plan's check reads far over, where no plan of the units is
+// smaller (its excess, 8100, would take the units' budget under the
+// smallest): the check's peak is that plan's, and the plan measured lowest
+// is kept and the budget refused, as where the race gives up.
+TEST(JointRaceTest, AKeptPlanOverInItsCheckThatCannotBeLoweredRefusesTheBudget) {
+  JointRace race = FourUnits(1.0, 900);
+  ASSERT_OK(race.Start());
+  while (!race.settled()) RunCandidate(race, 1000, 800);
+  ASSERT_GE(race.all_trials().size(), 2u);
+  const std::string kept = Choices(race.plan());
+  RaceStep over = race.Measured(1000, 9000);
+  EXPECT_TRUE(over.applied);
+  EXPECT_THAT(over.warning, IsEmpty());
+  EXPECT_TRUE(race.settled());
+  EXPECT_EQ(race.checks_left(), 0);
+  EXPECT_NE(Choices(race.plan()), kept);
+  for (const RaceTrial& t : race.all_trials()) {
+    if (Choices(t.plan.plan) == kept) {
+      EXPECT_EQ(t.peak_bytes, 9000);
+    } else if (Choices(t.plan.plan) == Choices(race.plan())) {
+      EXPECT_EQ(t.peak_bytes, 800);
+    }
+  }
+  EXPECT_THAT(race.refusal(), HasSubstr("a budget of 900 bytes cannot be kept as measured"));
+  EXPECT_EQ(race.budget(), 800);
+}
+
 // The warm-up's iterations end while the third plan runs: of the two
 // measured, the one that fits is kept though the other was faster.
 TEST(JointRaceTest, TheWarmUpEndingMidRaceKeepsTheFastestThatFit) {
