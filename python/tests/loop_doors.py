@@ -137,7 +137,7 @@ def _settled_budget(model):
                 loss_of(out).backward()
             except ValueError:
                 continue  # refused once: the smallest that fits is planned
-            if not ctx.joint_budget.measuring:
+            if not ctx.joint_budget.measuring and ctx.joint_budget.refusal is None:
                 break
     budget = ctx.joint_budget
     assert not budget.measuring
