@@ -90,6 +90,11 @@ RUNS_PER_CANDIDATE = 3
 CHECKED_ITERATIONS = 4
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
+# A measured peak fits within one allocator block above the budget
+# (probe.granularity), but never more than this share of it (SPEC §7.8's
+# +2%): on a 71 MB budget one 2 MiB block is 2.9%, and a Mixtral plan kept
+# at 72.9 MB was over (test_gpu_models.py).
+_TOLERANCE = 0.02
 # A candidate the model predicts slower than the joint plan, or than the
 # fastest trial that fits, by more than this share is not run
 # (JointRaceOptions::prune).
@@ -431,7 +436,8 @@ class JointBudget:
             self._index, runs_per_candidate=RUNS_PER_CANDIDATE,
             checked_iterations=CHECKED_ITERATIONS,
             warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE,
-            tolerance_bytes=getattr(self.probe, "granularity", 0))
+            tolerance_bytes=min(getattr(self.probe, "granularity", 0),
+                                int(_TOLERANCE * self._budget_bytes)))
         self._race.start()
         self._take_refusal()
         self._apply(self._race.plan)

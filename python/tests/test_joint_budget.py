@@ -249,23 +249,27 @@ def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     assert not joint._settled and joint.measuring  # warming up again
 
 
-def test_a_later_peak_within_the_probes_granularity_still_fits():
+@pytest.mark.parametrize("granularity", [UNIT, 1000])
+def test_a_later_peak_within_the_probes_granularity_still_fits(granularity):
     # The caching allocator's peak moves in 2 MiB blocks (MemoryProbe's
-    # granularity): a peak that far over the budget fits it.
+    # granularity): a peak that far over the budget fits it, but never more
+    # than 2% over (SPEC §7.8; here 2% of the budget is under UNIT).
     model = Decoder()
     x = torch.randn(2, 32, 64)
     ctx, probe = make(model, 0.8, outside=0)
-    probe.granularity = UNIT
+    probe.granularity = granularity
     joint = ctx.joint_budget
     profile(model, x, ctx)
     while not joint._settled:
         seeded_step(model, x, ctx)
+    tolerance = min(granularity, int(0.02 * joint.budget_bytes))
+    assert tolerance == (int(0.02 * joint.budget_bytes) if granularity == UNIT else 1000)
     kept_budget = joint._units_budget
     spare = joint.budget_bytes - joint.plan["peak_bytes"]
-    probe.over = spare + UNIT  # the budget and the granularity: kept
+    probe.over = spare + tolerance  # the budget and the tolerance: kept
     seeded_step(model, x, ctx)
     assert joint._settled and joint._units_budget == kept_budget
-    probe.over = spare + UNIT + 1  # beyond: lowered
+    probe.over = spare + tolerance + 1  # beyond: lowered
     seeded_step(model, x, ctx)
     probe.over = 0
     assert joint._units_budget < kept_budget and not joint._settled
