@@ -21,7 +21,7 @@ deterministic: the loss must be identical and each gradient within four
 times the repeat's own largest difference (at least 1e-3 of its largest
 value).
 
-    PYTHONPATH=python python models_sweep.py [--sdpa] [NAMES...]
+    PYTHONPATH=python python models_sweep.py [--sdpa] [--compile] [NAMES...]
 """
 import contextlib
 import sys
@@ -37,6 +37,9 @@ from actoffload import demo
 HIDDEN, LAYERS, SEQ, VOCAB = 1024, 4, 2048, 4096
 FRACTIONS = (0.6, 0.35)
 ATTN = "sdpa" if "--sdpa" in sys.argv else "eager"
+# --compile: each decoder layer compiled (layer.compile()), and only the
+# budget per layer (the other doors, recompiled for their hooks, are slow).
+COMPILE = "--compile" in sys.argv
 TOLERANCE = []  # --sdpa: per gradient, what the repeat's differences allow
 # config class, model class (None: AutoModelForCausalLM), extra settings
 ARCHS = [
@@ -184,6 +187,10 @@ def doors(arch):
     print(f"{name:18s} {type(model).__name__}, {len(layers)} layers "
           f"({type(layers[0]).__name__ if layers else '-'}), first blocks {units}", flush=True)
     step(model, ids, contextlib.nullcontext)
+    if COMPILE:
+        for layer in layers:
+            layer.compile()
+        step(model, ids, contextlib.nullcontext)
     ref = step(model, ids, contextlib.nullcontext)
     TOLERANCE.clear()
     if ATTN == "sdpa":
@@ -196,7 +203,7 @@ def doors(arch):
              ("torchtune", lambda: actoffload.OffloadActivations),
              ("tt-recipe", lambda: (lambda: actoffload.get_act_offloading_ctx_manager(model, True))),
              ("te", lambda: te_wrap(model, len(layers)))]
-    for door, make in doors:
+    for door, make in doors if not COMPILE else doors[:1]:
         try:
             wrap = make()
             for i in range(3):
@@ -208,7 +215,7 @@ def doors(arch):
             print(f"  {door:14s} {type(e).__name__}: {str(e)[:300]}", flush=True)
             traceback.print_exc(limit=-3)
     for fraction in FRACTIONS:
-        for granularity in ("layer", "block"):
+        for granularity in ("layer", "block") if not COMPILE else ("layer",):
             door = f"budget {granularity} {fraction}"
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -225,7 +232,7 @@ def doors(arch):
 
 if __name__ == "__main__":
     torch.use_deterministic_algorithms(True, warn_only=True)
-    wanted = set(sys.argv[1:]) - {"--sdpa"}
+    wanted = set(sys.argv[1:]) - {"--sdpa", "--compile"}
     for arch in ARCHS:
         if not wanted or arch[0] in wanted:
             run(arch)
