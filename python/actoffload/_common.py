@@ -299,29 +299,54 @@ class UnitHooks:
 
     def __init__(self, pack, unpack):
         self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+        # A compiled unit's: sparse views stay on device (keeps_layout).
+        self.compiled_hooks = torch.autograd.graph.saved_tensors_hooks(
+            keeps_layout(pack), unpack)
         self.outer = saved_hooks_top()
-        self.pushed = []  # units whose hooks are in force, innermost last
+        self.pushed = []  # (unit, its hooks) in force, innermost last
 
     def _ours_on_top(self):
         top = saved_hooks_top()
-        return top is not None and top[0] is self.hooks.pack_hook
+        return top is not None and top[0] is self.pushed[-1][1].pack_hook
 
-    def unit_begins(self, index):
+    def unit_begins(self, index, compiled=False):
         top = saved_hooks_top()
         nobody_pushed = top is None if self.outer is None else (
             top is not None and top[0] is self.outer[0])
         if nobody_pushed:
-            self.hooks.__enter__()
-            self.pushed.append(index)
+            hooks = self.compiled_hooks if compiled else self.hooks
+            hooks.__enter__()
+            self.pushed.append((index, hooks))
 
     def unit_ends(self, index):
-        if self.pushed and self.pushed[-1] == index and self._ours_on_top():
-            self.pushed.pop()
-            self.hooks.__exit__(None, None, None)
+        if self.pushed and self.pushed[-1][0] == index and self._ours_on_top():
+            self.pushed.pop()[1].__exit__(None, None, None)
 
     def close(self):
         """At the context's exit: hooks a unit that raised left in force."""
         while self.pushed and self._ours_on_top():
-            self.pushed.pop()
-            self.hooks.__exit__(None, None, None)
+            self.pushed.pop()[1].__exit__(None, None, None)
         self.pushed = []
+
+
+# The engine copies a view with its whole span where the view covers at
+# least this share of the bytes it spans (the engine's min_span_coverage);
+# a sparser one is gathered and comes back contiguous.
+MIN_SPAN_COVERAGE = 0.5
+
+
+def keeps_layout(pack):
+    """`pack` for the tensors a unit compiled by torch.compile saves: a view
+    covering less than MIN_SPAN_COVERAGE of the bytes it spans stays on
+    device. The engine would hand it back contiguous, and the compiled
+    backward checks each saved tensor's strides (Phi3's query, key and value,
+    each a third of its fused projection, failed inductor's stride assert)."""
+    def pack_keeping_layout(tensor):
+        if (type(tensor) is torch.Tensor and tensor.layout is torch.strided
+                and tensor.numel() > 0):
+            span = 1 + sum((size - 1) * stride for size, stride
+                           in zip(tensor.shape, tensor.stride()))
+            if tensor.numel() < MIN_SPAN_COVERAGE * span:
+                return keep(tensor)
+        return pack(tensor)
+    return pack_keeping_layout

@@ -29,7 +29,7 @@ import warnings
 
 import torch
 
-from . import _common, budget
+from . import _common, budget, recompute
 
 # Module pre-hooks that see keyword arguments (torch >= 2.0).
 _KWARGS_HOOKS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 0)
@@ -194,7 +194,7 @@ class OffloadActivations:
                 if not self._model_tensors_set and self._modules:
                     self.offloader.set_model_tensors(_module_tensors(self._modules))
                 self._model_tensors_set = True
-                self._unit_hooks.unit_begins(index)
+                self._unit_hooks.unit_begins(index, recompute.compiled(module))
             return None
         return _common.eagerly(hook)
 

@@ -304,6 +304,23 @@ def _compile_layers(model):
             layer._compiled_call_impl = layer.forward
 
 
+def test_a_compiled_units_sparse_views_stay_on_device():
+    # The engine hands a view covering under half of the bytes it spans back
+    # contiguous; a compiled unit's backward checks its saved tensors'
+    # strides, so inside one (torch >= 2.8: hooks per unit) such a view is
+    # kept as it is. Others go to the engine.
+    handed = []
+    pack = _common.keeps_layout(lambda t: handed.append(t) or "packed")
+    qkv = torch.randn(4, 8, 3 * 16)
+    query = qkv[..., :16].transpose(1, 2)  # a third of its projection's bytes
+    kept = _common.unkeep(pack(query))  # a detached alias, same layout
+    assert kept.data_ptr() == query.data_ptr() and kept.stride() == query.stride()
+    assert handed == []
+    assert pack(qkv) == "packed" and handed == [qkv]
+    assert pack(qkv[..., :24]) == "packed"  # half: copied with its span
+    assert pack(torch.empty(0, 4)[:, :1]) == "packed"  # nothing to copy
+
+
 def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypatch):
     # Offload allowed: a plan of compiled units, bit-identical.
     model = Decoder()

@@ -140,3 +140,33 @@ def test_every_door_on_an_architecture_nobody_here_wrote(name, attention):
         kept = ctx.joint_budget.budget_bytes if refused else budget
         assert peak <= kept * 1.02, (granularity, peak, kept, ctx.budget_plan())
         assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="needs torch >= 2.2")
+def test_compiled_layers_offloaded_keep_the_layout_of_their_saved_views():
+    # Phi3 projects query, key and value in one matmul; each is a third of
+    # its output. Inductor's backward asserts the strides of the tensors
+    # its forward saved: handed back contiguous by the engine, they failed
+    # it. A compiled unit keeps such views on device (_common.keeps_layout).
+    from budget_testing import forced_plan
+    model = build("Phi3Config", "sdpa")
+    for layer in actoffload.find_layers(model):
+        layer.compile()
+    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    reference, check = checker(model, ids, "sdpa")
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
+    joint = ctx.joint_budget
+    for _ in range(60):
+        try:
+            step(model, ids, ctx)
+        except ValueError:  # a budget the small model cannot meet: refused once
+            continue
+        if not joint.measuring and joint.refusal is None:
+            break
+    joint._apply(forced_plan(joint, {0: "offload", 1: "offload", 2: "offload"}))
+    before = ctx.offloader.stats()["bytes_offloaded"]
+    for _ in range(2):
+        check(step(model, ids, ctx), "offloaded compiled layers")
+    assert ctx.offloader.stats()["bytes_offloaded"] > before
