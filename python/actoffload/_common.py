@@ -318,6 +318,10 @@ class UnitHooks:
             hooks.__enter__()
             self.pushed.append((index, hooks))
 
+    def in_force(self, index):
+        """Whether unit `index`'s hooks are in force."""
+        return any(unit == index for unit, _ in self.pushed)
+
     def unit_ends(self, index):
         if self.pushed and self.pushed[-1][0] == index and self._ours_on_top():
             self.pushed.pop()[1].__exit__(None, None, None)

@@ -324,7 +324,7 @@ class OffloadActivations:
         forward: its own hooks are in force (_common.UnitHooks), or the
         hooks of the whole forward are."""
         if self._unit_hooks is not None:
-            return index in self._unit_hooks.pushed
+            return self._unit_hooks.in_force(index)
         return self._hooks is not None
 
     def budget_plan(self):
