@@ -36,8 +36,9 @@
 //    the smallest that fits as measured (KeepLowest: a refusal of the
 //    caller's budget; a warning where the budget was refused already).
 //  - A kept plan whose checked peak is over is lowered the same way and the
-//    race starts again (where it cannot be, KeepLowest with that peak). Once warmup_iterations are spent, a race still
-//    running keeps the best plan measured (WarmUpEnded).
+//    race starts again (where it cannot be, KeepLowest with that peak).
+//    Once warmup_iterations are spent, a race still running keeps the best
+//    plan measured (WarmUpEnded).
 
 #ifndef OFFLOAD_ENGINE_PLAN_JOINT_RACE_H_
 #define OFFLOAD_ENGINE_PLAN_JOINT_RACE_H_
