@@ -200,7 +200,7 @@ def run_model(name, args, out):
     model = demo.build_model(kind, args.hidden, args.layers, attn, args.seed,
                              vocab=args.vocab, ffn=args.ffn)
     model.bench_set_to_none = args.set_to_none
-    if args.compile:  # each decoder layer (recomputed inside them: recompute.checkpointed_forward)
+    if args.compile:  # each decoder layer (recomputed around its compiled call: recompute.compiled)
         for layer in demo.decoder_layers(model):
             layer.compile()
     gen = torch.Generator().manual_seed(args.seed)

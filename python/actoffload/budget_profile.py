@@ -12,9 +12,10 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     selective[i] says whether unit i may be recomputed selectively too;
     kinds[i] (optional)
     names unit i's structure (unit_kind): units of one kind share their
-    median times; compiled[i] (optional) says unit i was compiled, so the
-    recompute iteration timed its checkpointed variant's compilation, not
-    its re-run; recomputable[i] (optional, else True) whether unit i may
+    median times; compiled[i] (optional) says unit i was compiled: its
+    re-run runs the very compiled graph its forward ran, so it takes its
+    forward's time (the recompute iteration may have timed a compilation:
+    its first call under a checkpoint); recomputable[i] (optional, else True) whether unit i may
     be re-run at all. profile["units"] are the plan's units (glue and the head
     among them), index[i] unit i's place there."""
     n = len(r["fwd"])
@@ -252,7 +253,7 @@ def _rerun_ratios(recomputed, kept, fwd, bwd, clock, skip):
     ms after a 7.3 ms forward, and the model then predicted checkpointing's
     step within 0.1%; an eager-attention one in 4.8 ms after 4.95).
     skip[i]: unit i is left out (not re-run there, or compiled: its re-run
-    there was the checkpointed variant's first call, a compilation)."""
+    there may have been a compilation)."""
     ratios = [None] * len(fwd)
     for i in range(1, len(fwd)):
         if skip[i] or not _comparable(recomputed, kept, i) or bwd[i] is None or fwd[i] <= 0:

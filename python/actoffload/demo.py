@@ -20,6 +20,7 @@ import torch
 import torch.utils.checkpoint
 
 import actoffload
+from actoffload import recompute
 
 
 def build_model(name, hidden, layers, attn, seed, vocab=None, ffn=None):
@@ -83,20 +84,26 @@ def te_hooks(model, ctx, sync):
 
 @contextlib.contextmanager
 def checkpoint_layers(model, k):
-    """Per-layer torch.utils.checkpoint on the first k decoder layers."""
+    """Per-layer torch.utils.checkpoint on the first k decoder layers; for a
+    compiled layer around its compiled call, as Hugging Face's gradient
+    checkpointing puts it (and the budget: recompute.compiled)."""
     saved = []
     for layer in decoder_layers(model)[:k]:
-        forward = layer.forward
+        slot = "_compiled_call_impl" if recompute.compiled(layer) else "forward"
+        own = getattr(layer, slot)
 
-        def wrapped(*args, _forward=forward, **kwargs):
-            return torch.utils.checkpoint.checkpoint(_forward, *args, use_reentrant=False, **kwargs)
-        saved.append((layer, forward))
-        layer.forward = wrapped
+        def wrapped(*args, _own=own, **kwargs):
+            return torch.utils.checkpoint.checkpoint(_own, *args, use_reentrant=False, **kwargs)
+        saved.append((layer, slot, layer.__dict__.get(slot)))
+        setattr(layer, slot, wrapped)
     try:
         yield
     finally:
-        for layer, forward in saved:
-            layer.forward = forward
+        for layer, slot, own in saved:
+            if own is None and slot == "forward":
+                del layer.forward
+            else:
+                setattr(layer, slot, own)
 
 
 def step(model, ids, wrap):

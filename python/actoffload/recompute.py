@@ -214,39 +214,42 @@ def _selective_contexts(loop=None):
 
 def compiled(unit):
     """Whether `unit.compile()` compiled it. Such a unit is kept, offloaded
-    or recomputed whole through checkpointed_forward, never selectively and
-    never through Checkpointed: a wrapper that decides per call how the unit
-    runs, traced by torch.compile, saved a different set of tensors in the
-    compiled forward than in the backward's re-run, and checkpoint refused
-    the re-run."""
+    or recomputed whole, never selectively (the selective policy is a
+    dispatch mode around the compiled code). Recomputed, its Checkpointed
+    wrapper takes the place of its compiled call (`_compiled_call_impl`,
+    which Module.__call__ runs in place of the hooks and forward), not of
+    its `forward`: the checkpoint lies outside the compiled code, as Hugging
+    Face's gradient checkpointing of compiled layers puts it, and the re-run
+    runs the same compiled graph as the forward. Loss and gradients then
+    equal the compiled model's bit for bit, dropout included. (Traced inside
+    by torch.compile, a checkpoint made another graph, with other fusions
+    and other dropout draws: GPT-2's loss moved from 7.0192 to 7.0065, run
+    71; and a wrapper deciding per call saved another set of tensors in the
+    compiled forward than in the re-run, which checkpoint refused.)"""
     return getattr(unit, "_compiled_call_impl", None) is not None
 
 
-def checkpointed_forward(forward):
-    """A compiled unit's forward while its budget recomputes it (budget.py
-    sets it at the context's enter and takes it off at its exit):
-    non-reentrant checkpoint around the unit's own `forward` and nothing
-    else, so that torch.compile traces the checkpoint into the unit's graph
-    and the compiled backward re-runs it, as per-layer checkpointing of
-    compiled layers does (budget_bench --compile: 7 of 8 compiled layers at
-    x1.23 of the step, where offloading them all was x2.9)."""
-    def forward_under_checkpoint(*args, **kwargs):
-        return torch.utils.checkpoint.checkpoint(
-            forward, *args, use_reentrant=False, **kwargs)
-    return forward_under_checkpoint
+def _slot(unit):
+    """The attribute a recomputed unit's wrapper takes (see compiled)."""
+    return "_compiled_call_impl" if compiled(unit) else "forward"
 
 
 def restore_forward(unit):
-    """Takes the budgets' wrappers off `unit`: its forward is again what it
-    was before the first (its class's, or what the caller had set)."""
+    """Takes the budgets' wrappers off `unit`: its forward (and compiled
+    call) are again what they were before the first."""
     own = unit.__dict__.get("forward")
     while isinstance(own, Checkpointed):
         own = own.forward
     if getattr(own, "__self__", None) is unit and \
             getattr(own, "__func__", None) is type(unit).forward:
         del unit.forward
-    else:
+    elif "forward" in unit.__dict__:
         unit.forward = own
+    call = unit.__dict__.get("_compiled_call_impl")
+    if isinstance(call, Checkpointed):
+        while isinstance(call, Checkpointed):
+            call = call.forward
+        unit._compiled_call_impl = call
 
 
 class Checkpointed:
@@ -311,19 +314,16 @@ class _RerunWithoutCaches:
 class UnitForwards:
     """How a budget's units run in its context's forward (budget.py's
     JointBudget.install and uninstall). A recomputed unit's wrapper
-    (Checkpointed), once made, stays its `forward` (the same object each
-    time): outside the context's forward it runs the unit's own forward,
-    except in a backward, where someone else's checkpoint around the unit
-    (Hugging Face's gradient checkpointing) re-runs what the forward ran; a
-    re-run must save what the forward saved, or that checkpoint refuses it
-    (CheckpointError). A compiled unit recomputed gets checkpointed_forward
-    instead, for the context's forward only."""
+    (Checkpointed), once made, stays its `forward`, or its compiled call for
+    a compiled unit (see compiled), the same object each time: outside the
+    context's forward it runs the unit's own, except in a backward, where
+    someone else's checkpoint around the unit (Hugging Face's gradient
+    checkpointing) re-runs what the forward ran; a re-run must save what
+    the forward saved, or that checkpoint refuses it (CheckpointError)."""
 
     def __init__(self, budget, units):
         self.budget, self.units = budget, units
-        self.wrappers = {}           # unit index -> its Checkpointed forward
-        self.compiled_wrappers = {}  # unit index -> its checkpointed_forward
-        self._compiled_own = {}  # in the forward: index -> what `forward` was
+        self.wrappers = {}  # unit index -> its Checkpointed
         self._choices = {}  # in the forward: index -> "recompute", "selective", "selective-offload"
         self._in_forward = False
 
@@ -331,8 +331,9 @@ class UnitForwards:
         """Takes another budget's wrappers (an earlier OffloadActivations
         of the model) off the units."""
         for index, unit in enumerate(self.units):
-            current = unit.__dict__.get("forward")
-            if isinstance(current, Checkpointed) and current.budget is not self.budget:
+            if any(isinstance(w, Checkpointed) and w.budget is not self.budget
+                   for w in (unit.__dict__.get("forward"),
+                             unit.__dict__.get("_compiled_call_impl"))):
                 restore_forward(unit)
                 self.wrappers.pop(index, None)
 
@@ -343,31 +344,23 @@ class UnitForwards:
         self._in_forward = True
         self._choices = {}
         for index, choice in enumerate(choices):
+            if choice not in ("recompute", "selective", "selective-offload"):
+                continue
             unit = self.units[index]
-            if choice == "recompute" and compiled(unit):
-                # Taken off at the context's exit: the compiled backward
-                # re-runs the checkpoint it traced, not this forward.
-                wrapper = self.compiled_wrappers.setdefault(
-                    index, checkpointed_forward(unit.forward))
-                self._compiled_own[index] = unit.__dict__.get("forward")
-                unit.forward = wrapper
-            elif choice in ("recompute", "selective", "selective-offload"):
-                self._choices[index] = choice
-                if unit.__dict__.get("forward") is not self.wrappers.get(index, False):
-                    self.wrappers[index] = Checkpointed(self.budget, index, unit.forward)
-                    unit.forward = self.wrappers[index]
+            self._choices[index] = choice
+            slot = _slot(unit)
+            if unit.__dict__.get(slot) is not self.wrappers.get(index, False):
+                # New, or the unit compiled since (its forward traced by
+                # torch.compile must be its own again).
+                restore_forward(unit)
+                self.wrappers[index] = Checkpointed(self.budget, index, getattr(unit, slot))
+                setattr(unit, slot, self.wrappers[index])
 
     def uninstall(self):
         """The context's forward ended: the wrappers run their units' own
         forwards from now on, but for a re-run in the backward of this
-        forward; compiled units get their own forwards back."""
+        forward."""
         self._in_forward = False
-        for index, own in self._compiled_own.items():
-            if own is None:
-                del self.units[index].forward
-            else:
-                self.units[index].forward = own
-        self._compiled_own = {}
 
     def checkpoints(self, index):
         """"recompute", "selective", "selective-offload" or None: how unit

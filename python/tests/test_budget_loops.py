@@ -14,20 +14,24 @@ import pytest
 import torch
 
 import actoffload
-from actoffload import _common
+from actoffload import _common, recompute
 from budget_testing import CheckpointedDecoder, Decoder, Layer, make, seeded_step
 from models import assert_identical
 
 
 @pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
                     reason="torch < 2: no way to tell a re-run in the backward")
-def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran(compiled):
     # Hugging Face's gradient checkpointing wraps each layer's call in a
     # non-reentrant checkpoint; its re-run in the backward (after the
     # context's exit) must save what the forward saved, or it refuses it.
+    # So must a compiled layer's (its wrapper is its compiled call's).
     model = CheckpointedDecoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
+    if compiled:
+        _compile_layers(model)
     ctx, _ = make(model, 0.6, allow_offload=False)
     for _ in range(8):
         assert_identical(reference, seeded_step(model, x, ctx))
@@ -296,12 +300,26 @@ def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
     assert ctx.joint_budget.plan is not None
 
 
+class _CompiledCall:
+    """torch >= 2's Module.__call__, for torch 1.13 (which ignores
+    `_compiled_call_impl`): the compiled call where one is set."""
+
+    def __call__(self, *args, **kwargs):
+        call = self.__dict__.get("_compiled_call_impl")
+        return (call if call is not None else self._call_impl)(*args, **kwargs)
+
+
+_compiled_classes = {}
+
+
 def _compile_layers(model):
     for layer in model.layers:
         if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
             layer.compile(backend="eager")
-        else:  # what compile() leaves on a module, which torch 1.13 ignores
-            layer._compiled_call_impl = layer.forward
+        else:  # what compile() leaves on a module, and how torch >= 2 calls it
+            layer.__class__ = _compiled_classes.setdefault(
+                type(layer), type(type(layer).__name__, (_CompiledCall, type(layer)), {}))
+            layer._compiled_call_impl = layer._call_impl
 
 
 def test_a_compiled_units_sparse_views_stay_on_device():
@@ -321,7 +339,7 @@ def test_a_compiled_units_sparse_views_stay_on_device():
     assert pack(torch.empty(0, 4)[:, :1]) == "packed"  # nothing to copy
 
 
-def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypatch):
+def test_compiled_units_offload_or_recompute_whole_around_their_compiled_call(monkeypatch):
     # Offload allowed: a plan of compiled units, bit-identical.
     model = Decoder()
     x = torch.randn(2, 32, 64)
@@ -332,8 +350,8 @@ def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypa
         assert_identical(reference, seeded_step(model, x, ctx))
     assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     # Recompute only: compiled units are recomputed whole (never
-    # selectively), their forward a plain checkpoint around their own for
-    # the context's forward only, so that a compiled module traces it.
+    # selectively), the checkpoint around their compiled call, outside the
+    # compiled code (recompute.compiled), their forward their own.
     model = Decoder()
     reference = seeded_step(model, x)
     _compile_layers(model)
@@ -349,20 +367,16 @@ def test_compiled_units_offload_or_recompute_whole_inside_their_forward(monkeypa
     monkeypatch.setattr(torch.utils.checkpoint, "checkpoint",
                         lambda *a, **k: calls.append(k) or checkpoint(*a, **k))
     with ctx:
-        for index, layer in enumerate(model.layers):
-            wrapper = joint._forwards.compiled_wrappers.get(index)
-            wrapped = wrapper is not None and layer.__dict__.get("forward") is wrapper
-            assert wrapped == (choices[index] == "recompute"), (index, choices)
         out = model(x)
-    assert all("forward" not in layer.__dict__ for layer in model.layers)
+    for index, layer in enumerate(model.layers):
+        assert "forward" not in layer.__dict__
+        wrapped = isinstance(layer.__dict__["_compiled_call_impl"], recompute.Checkpointed)
+        assert wrapped or choices[index] != "recompute", (index, choices)
+    assert len(calls) == choices.count("recompute")
+    assert all(k == {"use_reentrant": False} for k in calls), calls
     out.sum().backward()
-    model(x).sum().backward()  # outside the context: their own forwards
-    if not hasattr(torch.nn.Module, "compile"):
-        # On torch 1.13 the forward runs as Python; dynamo (torch >= 2)
-        # traces the wrapper instead of calling it. That it recomputes
-        # there is test_gpu_budget's (the peak with recompute only).
-        assert len(calls) == choices.count("recompute")
-        assert all(k == {"use_reentrant": False} for k in calls), calls
+    model(x).sum().backward()  # outside the context: their own compiled calls
+    assert len(calls) == choices.count("recompute")
 
 
 def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():

@@ -155,8 +155,8 @@ def test_selective_offload_units_hold_less_and_stay_bit_identical():
     ("eager", True, 0.7), ("eager", False, 0.5), ("eager", True, 0.45), ("sdpa", True, 0.6)])
 def test_budget_holds_with_each_decoder_layer_compiled(attention, allow_offload, fraction):
     # Issue 30: "eager and with each decoder block compiled". A compiled
-    # layer is kept, offloaded or recomputed whole, the checkpoint inside
-    # its compiled forward (recompute.checkpointed_forward): the peak holds
+    # layer is kept, offloaded or recomputed whole, the checkpoint around
+    # its compiled call (recompute.compiled): the peak holds
     # after the warm-up, and loss and gradients equal the same compiled
     # model's without offloading (bit for bit with eager attention; SDPA's
     # memory-efficient backward is not deterministic: within its spread).
