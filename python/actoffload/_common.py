@@ -233,6 +233,26 @@ def close_abandoned_checkpoints(tb):
         generator.close()
 
 
+def compiled_anything():
+    """Whether torch.compile (dynamo) has compiled a graph in this process."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return utils is not None and utils.counters["stats"]["unique_graphs"] > 0
+
+
+def pushes(loop):
+    """How many saved tensors reached `loop`'s pack so far."""
+    stats = loop.stats()
+    return stats["tensors_offloaded"] + stats["tensors_kept"]
+
+
+UNREACHED = (
+    "A model compiled whole (torch.compile(model), or model.compile()) runs "
+    "its compiled graph without the module hooks registered after it was "
+    "traced, and saves its activations where saved_tensors_hooks do not "
+    "reach them: compile each layer instead (layer.compile() for each), as "
+    "torchtune's recipes do")
+
+
 def emit_warnings(loop):
     """The engine's new warnings as Python warnings."""
     for message in loop.new_warnings():

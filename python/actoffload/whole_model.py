@@ -177,12 +177,16 @@ class OffloadActivations:
         self._refs = {}  # layer index -> (ref, engine layer) while it runs
         self._warned_without_grad = False
         self._whole_ref = None
+        self._units_began = False  # in this forward: a unit's pre-hook ran
+        self._pushes_before = None  # the engine's pushes at the whole forward's start
+        self._warned_unreached = False
 
     # --- module hooks (listed layers) -----------------------------------------
     def _pre_hook(self, index):
         def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
+            self._units_began = True
             if not torch.is_grad_enabled():
                 self._warn_without_grad(index)
                 return None  # it saves nothing: no step of the engine's
@@ -254,6 +258,9 @@ class OffloadActivations:
             return self
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
+        self._units_began = False
+        self._pushes_before = (_common.pushes(self.offloader)
+                               if self._layers is None and _common.compiled_anything() else None)
         if self._modules and not unit_hooks:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -315,9 +322,33 @@ class OffloadActivations:
             self.offloader.abandon_forward()  # SPEC §7.2
         else:
             self.offloader.end_forward()
+            self._warn_if_unreached()
         self._whole_ref = None
         _common.emit_warnings(self.offloader)
         return False
+
+    def _warn_if_unreached(self):
+        """Once per context: a forward (grad enabled, no exception) in
+        which none of the units began, or, without units, in which no saved
+        tensor reached the hooks while torch.compile is in use: the module
+        called is not the one given, or it was compiled whole."""
+        if self._warned_unreached:
+            return
+        if self._layers is not None:
+            if self._units_began:
+                return
+            what = (f"none of the {len(self._units)} units "
+                    f"({type(self._units[0]).__name__}) began inside the context's "
+                    "forward, so nothing was offloaded, recomputed or measured; call "
+                    "the model given to OffloadActivations")
+        elif (self._pushes_before is not None
+              and _common.pushes(self.offloader) == self._pushes_before):
+            what = ("no tensor saved for backward reached the context's hooks in "
+                    "its forward, so nothing was offloaded")
+        else:
+            return
+        self._warned_unreached = True
+        warnings.warn(f"actoffload: {what}. {_common.UNREACHED}", stacklevel=3)
 
     def takes_saved_tensors(self, index):
         """Whether unit `index`'s saved tensors go to the engine now, in its

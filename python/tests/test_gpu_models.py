@@ -207,3 +207,23 @@ def test_recomputed_compiled_layers_equal_the_compiled_model(name):
         got = step(model, ids, ctx)
         check(got, "recomputed compiled layers")
         assert got[2] < 0.75 * reference[2], (got[2], reference[2])  # they were recomputed
+
+
+@pytest.mark.skipif(not hasattr(torch, "compile"), reason="needs torch >= 2")
+def test_a_model_compiled_whole_is_warned_about_not_left_alone_silently():
+    # torch.compile(model) runs one graph: the module hooks registered after
+    # it was traced never run, and what it saves never reaches
+    # saved_tensors_hooks. Every door then runs the model as it is (bit for
+    # bit) and offloads nothing (run 79); each says so once.
+    model = build("MistralConfig", "eager")
+    whole = torch.compile(model)
+    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(whole, ids)
+    reference, check = checker(whole, ids, "eager")
+    for ctx, says in ((actoffload.OffloadActivations(), "no tensor saved for backward reached"),
+                      (actoffload.OffloadActivations(model, budget_fraction=0.6),
+                       "none of the 4 units .*began")):
+        with pytest.warns(UserWarning, match=says + ".*compile each layer"):
+            check(step(whole, ids, ctx), says)
+        check(step(whole, ids, ctx), says)

@@ -224,3 +224,47 @@ def test_fine_grained_wrong_backward_order_is_the_engines_error():
         fg.finish_iteration()  # its backward has not run
     h.sum().backward()
     fg.finish_iteration()
+
+
+def test_a_forward_in_which_none_of_the_units_began_is_warned_about_once():
+    # A module called that is not the one given (or, on the GPU, a model
+    # compiled whole, whose graph runs without the hooks): nothing was
+    # offloaded or measured, and saying so once beats a silent no-op.
+    import copy
+    model = Stack(layers=4)
+    other = copy.deepcopy(model)
+    x = torch.randn(2, 64, 64)
+    ctx = actoffload.OffloadActivations(model, num_layers=2, min_offload_size=MIN,
+                                        backend="sim")
+    with pytest.warns(UserWarning, match="none of the 4 units .*began.*compile each layer"):
+        train_step(other, x, whole_forward(ctx))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train_step(other, x, whole_forward(ctx))  # once per context
+        ctx = actoffload.OffloadActivations(model, num_layers=2, min_offload_size=MIN,
+                                            backend="sim")
+        for _ in range(2):
+            train_step(model, x, whole_forward(ctx))
+
+
+def test_a_whole_forward_whose_saved_tensors_never_reached_the_hooks_is_warned_about(
+        monkeypatch):
+    # torchtune's usage (no layers) on a model compiled whole: its graph
+    # saves where saved_tensors_hooks do not reach. Only said where
+    # torch.compile has compiled something: without it, a forward that
+    # saves nothing (every parameter frozen) needs no offloading (the
+    # engine says it dropped that iteration).
+    model = Stack(layers=2)
+    x = torch.randn(2, 64, 64)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with actoffload.OffloadActivations(backend="sim"), torch.enable_grad():
+            torch.ones(3) * 2  # saves nothing; torch.compile unused
+        monkeypatch.setattr(actoffload._common, "compiled_anything", lambda: True)
+        ctx = actoffload.OffloadActivations(backend="sim")
+        for _ in range(2):
+            train_step(model, x, whole_forward(ctx))
+    assert not any("reached" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    with pytest.warns(UserWarning, match="no tensor saved for backward reached.*compile each"):
+        with ctx:
+            torch.ones(3) * 2
