@@ -239,18 +239,17 @@ def compiled_anything():
     return utils is not None and utils.counters["stats"]["unique_graphs"] > 0
 
 
-def pushes(loop):
-    """How many saved tensors reached `loop`'s pack so far."""
-    stats = loop.stats()
-    return stats["tensors_offloaded"] + stats["tensors_kept"]
+def offloaded(loop):
+    """How many saved tensors `loop` offloaded so far."""
+    return loop.stats()["tensors_offloaded"]
 
 
 UNREACHED = (
     "A model compiled whole (torch.compile(model), or model.compile()) runs "
     "its compiled graph without the module hooks registered after it was "
-    "traced, and saves its activations where saved_tensors_hooks do not "
-    "reach them: compile each layer instead (layer.compile() for each), as "
-    "torchtune's recipes do")
+    "traced, and hands over what it saves all at once as that graph ends, "
+    "when the backward is next to need it: compile each layer instead "
+    "(layer.compile() for each), as torchtune's recipes do")
 
 
 def emit_warnings(loop):

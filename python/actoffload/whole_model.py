@@ -178,7 +178,8 @@ class OffloadActivations:
         self._warned_without_grad = False
         self._whole_ref = None
         self._units_began = False  # in this forward: a unit's pre-hook ran
-        self._pushes_before = None  # the engine's pushes at the whole forward's start
+        self._offloaded_before = None  # the engine's offloaded tensors at the whole forward's start
+        self._whole_forwards = 0  # forwards ended without layers
         self._warned_unreached = False
 
     # --- module hooks (listed layers) -----------------------------------------
@@ -259,8 +260,8 @@ class OffloadActivations:
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
         self._units_began = False
-        self._pushes_before = (_common.pushes(self.offloader)
-                               if self._layers is None and _common.compiled_anything() else None)
+        self._offloaded_before = (_common.offloaded(self.offloader)
+                                  if self._layers is None and _common.compiled_anything() else None)
         if self._modules and not unit_hooks:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -329,9 +330,12 @@ class OffloadActivations:
 
     def _warn_if_unreached(self):
         """Once per context: a forward (grad enabled, no exception) in
-        which none of the units began, or, without units, in which no saved
-        tensor reached the hooks while torch.compile is in use: the module
-        called is not the one given, or it was compiled whole."""
+        which none of the units began, or, without units and with
+        torch.compile in use, a forward after the first (which is recorded
+        on device) that offloaded nothing: the module called is not the one
+        given, or it was compiled whole."""
+        if self._layers is None:
+            self._whole_forwards += 1
         if self._warned_unreached:
             return
         if self._layers is not None:
@@ -341,10 +345,9 @@ class OffloadActivations:
                     f"({type(self._units[0]).__name__}) began inside the context's "
                     "forward, so nothing was offloaded, recomputed or measured; call "
                     "the model given to OffloadActivations")
-        elif (self._pushes_before is not None
-              and _common.pushes(self.offloader) == self._pushes_before):
-            what = ("no tensor saved for backward reached the context's hooks in "
-                    "its forward, so nothing was offloaded")
+        elif (self._offloaded_before is not None and self._whole_forwards > 1
+              and _common.offloaded(self.offloader) == self._offloaded_before):
+            what = "the context's forward offloaded nothing it saved for backward"
         else:
             return
         self._warned_unreached = True
