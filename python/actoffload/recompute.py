@@ -252,6 +252,11 @@ def restore_forward(unit):
         unit._compiled_call_impl = call
 
 
+def _own_forward(forward):
+    """What a copied Checkpointed becomes: the forward it wrapped."""
+    return forward
+
+
 class Checkpointed:
     """A recomputed unit's forward: torch.utils.checkpoint (non-reentrant,
     RNG state preserved; with the selective policy above where the choice is
@@ -265,6 +270,13 @@ class Checkpointed:
     def __init__(self, budget, index, forward):
         self.budget, self.index, self.forward = budget, index, forward
         self.checkpointed = None  # what its last forward (with grad) did
+
+    def __reduce_ex__(self, protocol):
+        """A copy of the unit (copy.deepcopy(model): an EMA model,
+        torch.optim.swa_utils.AveragedModel; torch.save(model)) gets the
+        unit's own forward, not the budget (whose engine cannot be copied):
+        the budget recomputes the units it was given."""
+        return _own_forward, (self.forward,)
 
     def __call__(self, *args, **kwargs):
         if not torch.is_grad_enabled():

@@ -683,3 +683,32 @@ def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
         assert_identical(reference, seeded_step(model, x, ctx))
     assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert not any(seen.values()), seen
+
+
+def test_a_model_whose_units_the_budget_recomputes_can_be_copied_and_saved():
+    # An EMA model (copy.deepcopy, torch.optim.swa_utils.AveragedModel) or
+    # torch.save(model) after the budget wrapped units: the wrappers copy
+    # as the units' own forwards (the engine cannot be copied: TypeError
+    # "cannot pickle 'Session' object" before), and the copy trains as the
+    # model does.
+    import io
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    ctx, _ = make(model, 0.5, allow_offload=False)
+    for _ in range(6):
+        seeded_step(model, x, ctx)
+    assert "recompute" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert any(isinstance(layer.__dict__.get("forward"), recompute.Checkpointed)
+               for layer in model.layers)
+    for module in model.modules():  # the scripted probe's own hooks hold the budget
+        module._forward_hooks.clear()
+        module._forward_pre_hooks.clear()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    copies = [torch.optim.swa_utils.AveragedModel(model).module,
+              torch.load(buffer, weights_only=False)]
+    for copied in copies:
+        assert not any(isinstance(layer.__dict__.get("forward"), recompute.Checkpointed)
+                       for layer in copied.layers)
+        assert_identical(seeded_step(model, x), seeded_step(copied, x))
