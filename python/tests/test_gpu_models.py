@@ -97,6 +97,33 @@ def checker(model, ids, attention):
     return reference, check
 
 
+def compiled(name, attention):
+    """(the model with each layer compiled, a batch of token ids)."""
+    model = build(name, attention)
+    for layer in actoffload.find_layers(model):
+        layer.compile()
+    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    return model, ids
+
+
+def settled(model, ids, check=None):
+    """A budget of 0.9 after its warm-up (each step checked by `check` if
+    given): its joint plan, to be forced (budget_testing.forced_plan)."""
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
+    joint = ctx.joint_budget
+    for _ in range(60):
+        try:
+            got = step(model, ids, ctx)
+        except ValueError:  # a budget the small model cannot meet: refused once
+            continue
+        if check is not None:
+            check(got, "the budget's warm-up")
+        if not joint.measuring and joint.refusal is None:
+            break
+    return ctx, joint
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _reproducible():
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -149,22 +176,10 @@ def test_compiled_layers_offloaded_keep_the_layout_of_their_saved_views():
     # its forward saved: handed back contiguous by the engine, they failed
     # it. A compiled unit keeps such views on device (_common.keeps_layout).
     from budget_testing import forced_plan
-    model = build("Phi3Config", "sdpa")
-    for layer in actoffload.find_layers(model):
-        layer.compile()
-    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
+    model, ids = compiled("Phi3Config", "sdpa")
     step(model, ids)
     reference, check = checker(model, ids, "sdpa")
-    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
-    joint = ctx.joint_budget
-    for _ in range(60):
-        try:
-            step(model, ids, ctx)
-        except ValueError:  # a budget the small model cannot meet: refused once
-            continue
-        if not joint.measuring and joint.refusal is None:
-            break
+    ctx, joint = settled(model, ids)
     joint._apply(forced_plan(joint, {0: "offload", 1: "offload", 2: "offload"}))
     before = ctx.offloader.stats()["bytes_offloaded"]
     for _ in range(2):
@@ -182,26 +197,14 @@ def test_recomputed_compiled_layers_equal_the_compiled_model(name):
     # inside the compiled layer, a checkpoint made another graph: GPT-2's
     # loss moved from 7.0192 to 7.0065 (run 71).
     from budget_testing import forced_plan
-    model = build(name, "eager")
-    for layer in actoffload.find_layers(model):
-        layer.compile()
-    ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
+    model, ids = compiled(name, "eager")
     step(model, ids)
     reference, check = checker(model, ids, "eager")
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     step(model, ids)
     check(step(model, ids), "Hugging Face's gradient checkpointing")
     model.gradient_checkpointing_disable()
-    ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
-    joint = ctx.joint_budget
-    for _ in range(60):
-        try:
-            check(step(model, ids, ctx), "the budget's warm-up")
-        except ValueError:  # a budget the small model cannot meet: refused once
-            continue
-        if not joint.measuring and joint.refusal is None:
-            break
+    ctx, joint = settled(model, ids, check)
     joint._apply(forced_plan(joint, {0: "recompute", 1: "recompute", 2: "recompute"}))
     for _ in range(2):
         got = step(model, ids, ctx)
