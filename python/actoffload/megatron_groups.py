@@ -51,6 +51,34 @@ def attach_groups(fg, layers):
     return handles
 
 
+class _Hook:
+    """One of a placement's module hooks, run outside torch.compile's
+    graphs (_common.eagerly). A copy of the module (copy.deepcopy: an EMA
+    model, AveragedModel; torch.save(model)) gets a hook that places nothing:
+    the offloader cannot be copied, and the copy is not the model it was
+    attached to."""
+
+    __slots__ = ("hook",)
+
+    def __init__(self, hook):
+        self.hook = _common.eagerly(hook)
+
+    def __call__(self, *args):
+        return self.hook(*args)
+
+    def __reduce_ex__(self, protocol):
+        return _no_placement, ()
+
+
+def _no_placement():
+    """What a copied _Hook becomes."""
+    return _places_nothing
+
+
+def _places_nothing(*args):
+    return None
+
+
 class _Placement:
     """The hooks of one decoder layer."""
 
@@ -67,7 +95,7 @@ class _Placement:
                     f"{name} submodule; attach_groups places Megatron's groups on "
                     "Llama-style layers (input_layernorm, self_attn.q/k/v/o_proj, "
                     "post_attention_layernorm)")
-        hook = _common.eagerly
+        hook = _Hook
         self.handles = [
             layer.input_layernorm.register_forward_pre_hook(hook(self._layer_in)),
             layer.input_layernorm.register_forward_hook(hook(self._attn_in)),

@@ -176,6 +176,36 @@ def test_every_group_offloaded_on_decoder_layers_is_bit_identical(tuple_output):
     assert_identical(reference[-1], steps(model, xs, iterations=1)[0])
 
 
+def test_a_model_with_groups_attached_can_be_copied_and_saved():
+    # An EMA model (copy.deepcopy, AveragedModel) or torch.save(model) of a
+    # model whose layers carry the groups' hooks: the copy's hooks place
+    # nothing (the offloader cannot be copied: TypeError "cannot pickle
+    # 'Session' object" before), the copy trains as the model without
+    # groups, and the model goes on offloading, bit for bit.
+    import io
+    model = Decoder()
+    xs = [torch.randn(2, 16, 32) for _ in range(2)]
+    reference = steps(model, xs)
+    fg = actoffload.FineGrainedOffloader(megatron_groups.GROUPS, min_offload_size=MIN,
+                                         backend="sim")
+    megatron_groups.attach_groups(fg, model.layers)
+    steps(model, xs, fg, iterations=1)
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    copies = [torch.optim.swa_utils.AveragedModel(model).module,
+              torch.load(buffer, weights_only=False)]
+    offloaded = fg.core.stats()["bytes_offloaded"]
+    for copied in copies:
+        hooks = [h for layer in copied.layers for m in layer.modules()
+                 for h in list(m._forward_pre_hooks.values()) + list(m._forward_hooks.values())]
+        assert hooks and all(h is megatron_groups._places_nothing for h in hooks)
+        assert_identical(reference[-1], steps(copied, xs, iterations=1)[0])
+    assert fg.core.stats()["bytes_offloaded"] == offloaded
+    assert_identical(reference[-1], steps(model, xs, fg, iterations=1)[0])
+    assert fg.core.stats()["bytes_offloaded"] > offloaded
+
+
 def test_an_expert_bank_is_its_own_group_inside_mlp_norm():
     model = Decoder(moe=True)
     xs = [torch.randn(2, 16, 32) for _ in range(2)]
