@@ -239,6 +239,12 @@ def compiled_anything():
     return utils is not None and utils.counters["stats"]["unique_graphs"] > 0
 
 
+def pushes(loop):
+    """How many saved tensors reached `loop`'s pack so far."""
+    stats = loop.stats()
+    return stats["tensors_offloaded"] + stats["tensors_kept"]
+
+
 def offloaded(loop):
     """How many saved tensors `loop` offloaded so far."""
     return loop.stats()["tensors_offloaded"]

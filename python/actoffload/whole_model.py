@@ -178,8 +178,9 @@ class OffloadActivations:
         self._warned_without_grad = False
         self._whole_ref = None
         self._units_began = False  # in this forward: a unit's pre-hook ran
-        self._offloaded_before = None  # the engine's offloaded tensors at the whole forward's start
-        self._whole_forwards = 0  # forwards ended without layers
+        self._units_ever_began = False  # in any forward of this context
+        self._unreached = 0  # forwards that reached nothing (_warn_if_unreached)
+        self._pushes_before = None  # without layers, torch.compile in use: the engine's pushes
         self._warned_unreached = False
 
     # --- module hooks (listed layers) -----------------------------------------
@@ -187,7 +188,7 @@ class OffloadActivations:
         def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
-            self._units_began = True
+            self._units_began = self._units_ever_began = True
             if not torch.is_grad_enabled():
                 self._warn_without_grad(index)
                 return None  # it saves nothing: no step of the engine's
@@ -260,8 +261,8 @@ class OffloadActivations:
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
         self._units_began = False
-        self._offloaded_before = (_common.offloaded(self.offloader)
-                                  if self._layers is None and _common.compiled_anything() else None)
+        self._pushes_before = (_common.pushes(self.offloader)
+                               if self._layers is None and _common.compiled_anything() else None)
         if self._modules and not unit_hooks:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -329,26 +330,31 @@ class OffloadActivations:
         return False
 
     def _warn_if_unreached(self):
-        """Once per context: a forward (grad enabled, no exception) in
-        which none of the units began, or, without units and with
-        torch.compile in use, a forward after the first (which is recorded
-        on device) that offloaded nothing: the module called is not the one
-        given, or it was compiled whole."""
-        if self._layers is None:
-            self._whole_forwards += 1
+        """Once per context, at the second forward (grad enabled, no
+        exception) that reached nothing while nothing was ever reached: no
+        unit began (and none ever did), or, without units and with
+        torch.compile in use, tensors were saved but none was offloaded (and
+        none ever was; the first forward is recorded on device). The module
+        called is not the one given, or it was compiled whole. (A skipped
+        batch, a forward with nothing in it, reaches nothing once; a
+        training loop's other forwards do.)"""
         if self._warned_unreached:
             return
         if self._layers is not None:
-            if self._units_began:
+            if self._units_ever_began:
                 return
             what = (f"none of the {len(self._units)} units "
                     f"({type(self._units[0]).__name__}) began inside the context's "
-                    "forward, so nothing was offloaded, recomputed or measured; call "
+                    "forwards, so nothing was offloaded, recomputed or measured; call "
                     "the model given to OffloadActivations")
-        elif (self._offloaded_before is not None and self._whole_forwards > 1
-              and _common.offloaded(self.offloader) == self._offloaded_before):
-            what = "the context's forward offloaded nothing it saved for backward"
+        elif (self._pushes_before is not None
+              and _common.pushes(self.offloader) > self._pushes_before
+              and _common.offloaded(self.offloader) == 0):
+            what = "the context's forwards offloaded nothing they saved for backward"
         else:
+            return
+        self._unreached += 1
+        if self._unreached < 2:
             return
         self._warned_unreached = True
         warnings.warn(f"actoffload: {what}. {_common.UNREACHED}", stacklevel=3)

@@ -218,19 +218,17 @@ def test_a_model_compiled_whole_is_warned_about_not_left_alone_silently():
     # it was traced never run, and it hands what it saves over all at once
     # as it ends (run 81: 77 tensors, all kept). Every door then runs the
     # model as it is (bit for bit) and offloads nothing (run 79); each
-    # says so once (torchtune's usage from its second forward: the first
-    # is recorded on device).
+    # says so once, at its second forward.
     model = build("MistralConfig", "eager")
     whole = torch.compile(model)
     ids = torch.randint(0, VOCAB, (1, TOKENS), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     step(whole, ids)
     reference, check = checker(whole, ids, "eager")
-    for ctx, says in ((actoffload.OffloadActivations(), "offloaded nothing it saved"),
+    for ctx, says in ((actoffload.OffloadActivations(), "offloaded nothing they saved"),
                       (actoffload.OffloadActivations(model, budget_fraction=0.6),
                        "none of the 4 units .*began")):
-        if ctx.joint_budget is None:
-            check(step(whole, ids, ctx), says)  # recorded on device
+        check(step(whole, ids, ctx), says)  # (one such forward may be a skipped batch)
         with pytest.warns(UserWarning, match=says + ".*compile each layer"):
             check(step(whole, ids, ctx), says)
         check(step(whole, ids, ctx), says)

@@ -226,16 +226,21 @@ def test_fine_grained_wrong_backward_order_is_the_engines_error():
     fg.finish_iteration()
 
 
-def test_a_forward_in_which_none_of_the_units_began_is_warned_about_once():
+def test_forwards_in_which_none_of_the_units_began_are_warned_about_once():
     # A module called that is not the one given (or, on the GPU, a model
-    # compiled whole, whose graph runs without the hooks): nothing was
-    # offloaded or measured, and saying so once beats a silent no-op.
+    # compiled whole, whose graph runs without the hooks): nothing is
+    # offloaded or measured, and saying so beats a silent no-op. Said at the
+    # second such forward: a skipped batch (nothing run inside the context)
+    # is no mistake.
     import copy
     model = Stack(layers=4)
     other = copy.deepcopy(model)
     x = torch.randn(2, 64, 64)
     ctx = actoffload.OffloadActivations(model, num_layers=2, min_offload_size=MIN,
                                         backend="sim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train_step(other, x, whole_forward(ctx))
     with pytest.warns(UserWarning, match="none of the 4 units .*began.*compile each layer"):
         train_step(other, x, whole_forward(ctx))
     with warnings.catch_warnings():
@@ -243,30 +248,77 @@ def test_a_forward_in_which_none_of_the_units_began_is_warned_about_once():
         train_step(other, x, whole_forward(ctx))  # once per context
         ctx = actoffload.OffloadActivations(model, num_layers=2, min_offload_size=MIN,
                                             backend="sim")
-        for _ in range(2):
+        for batch in range(5):
+            if batch in (0, 2):  # skipped batches (two in a row at first would be said)
+                with ctx:
+                    pass
+                continue
             train_step(model, x, whole_forward(ctx))
 
 
-def test_a_whole_forward_that_offloads_nothing_under_torch_compile_is_warned_about(
+class _OneGraph(torch.autograd.Function):
+    """Four tanh layers that save what their backward needs all at once,
+    as the forward ends, as a model compiled whole does."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        hs = [x]
+        for _ in range(4):
+            hs.append(torch.tanh(hs[-1] @ w))
+        ctx.save_for_backward(w, *hs)
+        return hs[-1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        w, *hs = ctx.saved_tensors
+        grad_w = torch.zeros_like(w)
+        for h_in, h_out in zip(reversed(hs[:-1]), reversed(hs[1:])):
+            grad = grad * (1 - h_out ** 2)
+            grad_w += h_in.reshape(-1, w.shape[0]).t() @ grad.reshape(-1, w.shape[1])
+            grad = grad @ w.t()
+        return grad, grad_w
+
+
+class _CompiledWhole(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64) / 8)
+
+    def forward(self, x):
+        return _OneGraph.apply(x, self.w)
+
+
+def test_whole_forwards_that_offload_nothing_under_torch_compile_are_warned_about(
         monkeypatch):
     # torchtune's usage (no layers) on a model compiled whole: its graph
     # hands what it saves over all at once as it ends, and nothing is
     # offloaded (run 81: 77 tensors, all kept). Only said where torch.compile
-    # has compiled something, and not of the first forward (recorded on
-    # device): otherwise a forward that saves little (every parameter
-    # frozen) needs no offloading.
-    model = Stack(layers=2)
+    # has compiled something, at the second forward that saved tensors and
+    # offloaded none while none ever was (the first is recorded on device).
     x = torch.randn(2, 64, 64)
-    with warnings.catch_warnings(record=True) as seen:
+    whole = _CompiledWhole()
+    with warnings.catch_warnings(record=True) as seen:  # (a skipped batch is said: §7.2)
         warnings.simplefilter("always")
-        with actoffload.OffloadActivations(backend="sim"), torch.enable_grad():
-            torch.ones(3) * 2  # saves nothing; torch.compile unused
-        monkeypatch.setattr(actoffload._common, "compiled_anything", lambda: True)
         ctx = actoffload.OffloadActivations(backend="sim")
-        for _ in range(3):
+        for _ in range(3):  # torch.compile unused: nothing to say
+            train_step(whole, x, whole_forward(ctx))
+        assert ctx.offloader.stats()["bytes_offloaded"] == 0
+        monkeypatch.setattr(actoffload._common, "compiled_anything", lambda: True)
+        model = Stack(layers=2)
+        ctx = actoffload.OffloadActivations(backend="sim")
+        for batch in range(4):  # a skipped batch among forwards that offload
+            if batch == 1:
+                with ctx:
+                    pass
+                continue
             train_step(model, x, whole_forward(ctx))
         assert ctx.offloader.stats()["bytes_offloaded"] > 0
-    assert not any("compiled whole" in str(w.message) for w in seen), [str(w.message) for w in seen]
-    with pytest.warns(UserWarning, match="offloaded nothing it saved for backward.*compile each"):
-        with ctx:
-            torch.ones(3) * 2
+        ctx = actoffload.OffloadActivations(backend="sim")
+        train_step(whole, x, whole_forward(ctx))  # recorded on device
+    assert not any("compile each" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    with pytest.warns(UserWarning, match="offloaded nothing they saved for backward.*compile"):
+        train_step(whole, x, whole_forward(ctx))
+    reference = train_step(whole, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_identical(reference, train_step(whole, x, whole_forward(ctx)))  # once
