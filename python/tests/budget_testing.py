@@ -244,3 +244,28 @@ def make(model, budget_fraction, outside=UNIT, selective_bytes=None, **kwargs):
     probe.ctx = ctx
     probe.watch(ctx.joint_budget.units)
     return ctx, probe
+
+
+class _CompiledCall:
+    """torch >= 2's Module.__call__, for torch 1.13 (which ignores
+    `_compiled_call_impl`): the compiled call where one is set."""
+
+    def __call__(self, *args, **kwargs):
+        call = self.__dict__.get("_compiled_call_impl")
+        return (call if call is not None else self._call_impl)(*args, **kwargs)
+
+
+_compiled_classes = {}
+
+
+def compile_layers(model):
+    """Each of model.layers compiled: by dynamo without inductor on torch >=
+    2, or, on torch 1.13, given what compile() leaves on a module and a
+    class whose __call__ runs it as torch >= 2's Module.__call__ does."""
+    for layer in model.layers:
+        if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
+            layer.compile(backend="eager")
+        else:  # what compile() leaves on a module, and how torch >= 2 calls it
+            layer.__class__ = _compiled_classes.setdefault(
+                type(layer), type(type(layer).__name__, (_CompiledCall, type(layer)), {}))
+            layer._compiled_call_impl = layer._call_impl

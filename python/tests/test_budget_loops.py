@@ -1,8 +1,8 @@
 """The memory budget (budget.py) under SPEC §7's training-loop patterns, on
 the CPU and the simulated GPU with a scripted probe: an exception in the
-profile forward, retain_graph with a frozen layer, a skipped unit, compiled
-units, an outer checkpoint around the units (Hugging Face's gradient
-checkpointing), a second budget on the same model, the lean steady state
+profile forward, retain_graph with a frozen layer, a skipped unit, an
+outer checkpoint around the units (Hugging Face's gradient checkpointing;
+compiled units too), the lean steady state
 (a settled plan that offloads nothing) under those patterns, a model that
 fills a key/value cache in training, and the engine's saved-tensor hooks
 in force only inside the units a plan offloads."""
@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import actoffload
-from actoffload import _common, recompute
-from budget_testing import CheckpointedDecoder, Decoder, Layer, make, seeded_step
+from actoffload import _common
+from budget_testing import (CheckpointedDecoder, Decoder, Layer, compile_layers, make,
+                            seeded_step)
 from models import assert_identical
 
 
@@ -31,7 +32,7 @@ def test_units_under_an_outer_checkpoint_rerun_as_their_forward_ran(compiled):
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     if compiled:
-        _compile_layers(model)
+        compile_layers(model)
         if torch.cuda.is_available():
             # Dynamo's first compilation, inside the outer checkpoint's
             # forward, initializes CUDA, which that checkpoint refuses
@@ -305,129 +306,6 @@ def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
     assert ctx.joint_budget.plan is not None
 
 
-class _CompiledCall:
-    """torch >= 2's Module.__call__, for torch 1.13 (which ignores
-    `_compiled_call_impl`): the compiled call where one is set."""
-
-    def __call__(self, *args, **kwargs):
-        call = self.__dict__.get("_compiled_call_impl")
-        return (call if call is not None else self._call_impl)(*args, **kwargs)
-
-
-_compiled_classes = {}
-
-
-def _compile_layers(model):
-    for layer in model.layers:
-        if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
-            layer.compile(backend="eager")
-        else:  # what compile() leaves on a module, and how torch >= 2 calls it
-            layer.__class__ = _compiled_classes.setdefault(
-                type(layer), type(type(layer).__name__, (_CompiledCall, type(layer)), {}))
-            layer._compiled_call_impl = layer._call_impl
-
-
-def test_a_compiled_units_sparse_views_stay_on_device():
-    # The engine hands a view covering under half of the bytes it spans back
-    # contiguous; a compiled unit's backward checks its saved tensors'
-    # strides, so inside one (torch >= 2.8: hooks per unit) such a view is
-    # kept as it is. Others go to the engine.
-    handed = []
-    pack = _common.keeps_layout(lambda t: handed.append(t) or "packed")
-    qkv = torch.randn(4, 8, 3 * 16)
-    query = qkv[..., :16].transpose(1, 2)  # a third of its projection's bytes
-    kept = _common.unkeep(pack(query))  # a detached alias, same layout
-    assert kept.data_ptr() == query.data_ptr() and kept.stride() == query.stride()
-    assert handed == []
-    assert pack(qkv) == "packed" and handed == [qkv]
-    assert pack(qkv[..., :24]) == "packed"  # half: copied with its span
-    assert pack(torch.empty(0, 4)[:, :1]) == "packed"  # nothing to copy
-
-
-def test_compiled_units_offload_or_recompute_whole_around_their_compiled_call(monkeypatch):
-    # Offload allowed: a plan of compiled units, bit-identical.
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    _compile_layers(model)
-    ctx, _ = make(model, 0.6)
-    for _ in range(6):
-        assert_identical(reference, seeded_step(model, x, ctx))
-    assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
-    # Recompute only: compiled units are recomputed whole (never
-    # selectively), the checkpoint around their compiled call, outside the
-    # compiled code (recompute.compiled), their forward their own.
-    model = Decoder()
-    reference = seeded_step(model, x)
-    _compile_layers(model)
-    ctx, _ = make(model, 0.5, allow_offload=False)
-    for _ in range(6):
-        assert_identical(reference, seeded_step(model, x, ctx))
-    joint = ctx.joint_budget
-    choices = joint.unit_choices(joint.plan)
-    assert "recompute" in choices and "selective" not in choices, choices
-    assert all("selective" not in t[2]["choice"] for t in joint._all_trials)
-    calls = []
-    checkpoint = torch.utils.checkpoint.checkpoint
-    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint",
-                        lambda *a, **k: calls.append(k) or checkpoint(*a, **k))
-    with ctx:
-        out = model(x)
-    for index, layer in enumerate(model.layers):
-        assert "forward" not in layer.__dict__
-        wrapped = isinstance(layer.__dict__["_compiled_call_impl"], recompute.Checkpointed)
-        assert wrapped or choices[index] != "recompute", (index, choices)
-    assert len(calls) == choices.count("recompute")
-    assert all(k == {"use_reentrant": False} for k in calls), calls
-    out.sum().backward()
-    model(x).sum().backward()  # outside the context: their own compiled calls
-    assert len(calls) == choices.count("recompute")
-
-
-def test_a_second_budget_on_the_same_model_takes_the_first_ones_wrappers_off():
-    # A loop that replaces its OffloadActivations (a new budget, the bench's
-    # sweep): only the budget in use decides how the units run, and a unit
-    # is never wrapped twice.
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    first, _ = make(model, 0.5, allow_offload=False)
-    for _ in range(4):
-        assert_identical(reference, seeded_step(model, x, first))
-    assert "recompute" in first.joint_budget.unit_choices(first.joint_budget.plan)
-    second, _ = make(model, 0.7, allow_offload=False)
-    for _ in range(4):
-        assert_identical(reference, seeded_step(model, x, second))
-    for layer in model.layers:
-        wrapper = layer.__dict__.get("forward")
-        assert wrapper is None or (wrapper.budget is second.joint_budget and
-                                   not isinstance(wrapper.forward, type(wrapper)))
-    for _ in range(2):  # the first again: its wrappers back on, the second's off
-        assert_identical(reference, seeded_step(model, x, first))
-    assert all(getattr(layer.__dict__.get("forward"), "budget", first.joint_budget)
-               is first.joint_budget for layer in model.layers)
-
-
-@pytest.mark.skipif(not hasattr(torch._C, "_current_graph_task_id"),
-                    reason="torch < 2: no way to tell a re-run in the backward")
-def test_a_layer_budget_after_a_block_budget_reruns_blocks_as_they_ran():
-    # A block budget's wrappers stay on the attention and MLP modules; a layer
-    # budget's recompute re-runs them inside the layer in its backward. They
-    # must run there as they ran in that forward (plainly), not as their
-    # own budget last planned, or the layer's checkpoint refuses the re-run.
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    blocks, _ = make(model, 0.5, granularity="block", allow_offload=False)
-    for _ in range(4):
-        assert_identical(reference, seeded_step(model, x, blocks))
-    assert "recompute" in blocks.joint_budget.unit_choices(blocks.joint_budget.plan)
-    layers, _ = make(model, 0.5, allow_offload=False)
-    for _ in range(4):
-        assert_identical(reference, seeded_step(model, x, layers))
-    assert "recompute" in layers.joint_budget.unit_choices(layers.joint_budget.plan)
-
-
 def test_the_lean_steady_state_under_training_loop_patterns():
     # A settled plan that offloads nothing runs without the engine
     # (JointBudget.lean): retain_graph twice with a frozen first layer, an
@@ -683,32 +561,3 @@ def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
         assert_identical(reference, seeded_step(model, x, ctx))
     assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert not any(seen.values()), seen
-
-
-def test_a_model_whose_units_the_budget_recomputes_can_be_copied_and_saved():
-    # An EMA model (copy.deepcopy, torch.optim.swa_utils.AveragedModel) or
-    # torch.save(model) after the budget wrapped units: the wrappers copy
-    # as the units' own forwards (the engine cannot be copied: TypeError
-    # "cannot pickle 'Session' object" before), and the copy trains as the
-    # model does.
-    import io
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    ctx, _ = make(model, 0.5, allow_offload=False)
-    for _ in range(6):
-        seeded_step(model, x, ctx)
-    assert "recompute" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
-    assert any(isinstance(layer.__dict__.get("forward"), recompute.Checkpointed)
-               for layer in model.layers)
-    for module in model.modules():  # the scripted probe's own hooks hold the budget
-        module._forward_hooks.clear()
-        module._forward_pre_hooks.clear()
-    buffer = io.BytesIO()
-    torch.save(model, buffer)
-    buffer.seek(0)
-    copies = [torch.optim.swa_utils.AveragedModel(model).module,
-              torch.load(buffer, weights_only=False)]
-    for copied in copies:
-        assert not any(isinstance(layer.__dict__.get("forward"), recompute.Checkpointed)
-                       for layer in copied.layers)
-        assert_identical(seeded_step(model, x), seeded_step(copied, x))
