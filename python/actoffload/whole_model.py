@@ -177,18 +177,20 @@ class OffloadActivations:
         self._refs = {}  # layer index -> (ref, engine layer) while it runs
         self._warned_without_grad = False
         self._whole_ref = None
-        self._units_began = False  # in this forward: a unit's pre-hook ran
-        self._units_ever_began = False  # in any forward of this context
-        self._unreached = 0  # forwards that reached nothing (_warn_if_unreached)
-        self._pushes_before = None  # without layers, torch.compile in use: the engine's pushes
-        self._warned_unreached = False
+        # _warn_if_unreached: whether something was reached in a forward of
+        # this context (a unit began; without units, a tensor was offloaded)
+        # or the warning given, so that nothing is left to check; how many
+        # forwards reached nothing; the engine's pushes as this one began.
+        self._reached = False
+        self._unreached = 0
+        self._pushes_before = None
 
     # --- module hooks (listed layers) -----------------------------------------
     def _pre_hook(self, index):
         def hook(module, args, kwargs=None):
             if _common.in_backward():
                 return None  # a checkpoint's recompute: stays on device
-            self._units_began = self._units_ever_began = True
+            self._reached = True
             if not torch.is_grad_enabled():
                 self._warn_without_grad(index)
                 return None  # it saves nothing: no step of the engine's
@@ -260,9 +262,8 @@ class OffloadActivations:
             return self
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
-        self._units_began = False
-        self._pushes_before = (_common.pushes(self.offloader)
-                               if self._layers is None and _common.compiled_anything() else None)
+        self._pushes_before = (_common.pushes(self.offloader) if not self._reached and
+                               self._layers is None and _common.compiled_anything() else None)
         if self._modules and not unit_hooks:
             self.offloader.set_model_tensors(_module_tensors(self._modules))
         if self._layers is None:
@@ -338,25 +339,25 @@ class OffloadActivations:
         called is not the one given, or it was compiled whole. (A skipped
         batch, a forward with nothing in it, reaches nothing once; a
         training loop's other forwards do.)"""
-        if self._warned_unreached:
+        if self._reached:
             return
         if self._layers is not None:
-            if self._units_ever_began:
-                return
             what = (f"none of the {len(self._units)} units "
                     f"({type(self._units[0]).__name__}) began inside the context's "
                     "forwards, so nothing was offloaded, recomputed or measured; call "
                     "the model given to OffloadActivations")
         elif (self._pushes_before is not None
-              and _common.pushes(self.offloader) > self._pushes_before
-              and _common.offloaded(self.offloader) == 0):
+              and _common.pushes(self.offloader) > self._pushes_before):
+            if _common.offloaded(self.offloader) > 0:
+                self._reached = True
+                return
             what = "the context's forwards offloaded nothing they saved for backward"
         else:
             return
         self._unreached += 1
         if self._unreached < 2:
             return
-        self._warned_unreached = True
+        self._reached = True
         warnings.warn(f"actoffload: {what}. {_common.UNREACHED}", stacklevel=3)
 
     def takes_saved_tensors(self, index):
