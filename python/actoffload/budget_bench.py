@@ -318,7 +318,7 @@ def main(argv=None):
                         "instead of zeroing them in place")
     parser.add_argument("--compile", action="store_true",
                         help="compile each decoder layer (layer.compile()); checkpointing "
-                        "and the joint plan's re-runs run inside the compiled layers")
+                        "and the joint plan's re-runs wrap each compiled layer's call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="directory for table.txt, rows.json, frontier.png")
     args = parser.parse_args(argv)
