@@ -89,7 +89,7 @@ def checkpoint_layers(model, k):
     checkpointing puts it (and the budget: recompute.compiled)."""
     saved = []
     for layer in decoder_layers(model)[:k]:
-        slot = "_compiled_call_impl" if recompute.compiled(layer) else "forward"
+        slot = recompute.wrapper_slot(layer)
         own = getattr(layer, slot)
 
         def wrapped(*args, _own=own, **kwargs):

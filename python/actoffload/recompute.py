@@ -229,8 +229,9 @@ def compiled(unit):
     return getattr(unit, "_compiled_call_impl", None) is not None
 
 
-def _slot(unit):
-    """The attribute a recomputed unit's wrapper takes (see compiled)."""
+def wrapper_slot(unit):
+    """The attribute a recomputed unit's wrapper takes (see compiled):
+    its compiled call if it was compiled, else its forward."""
     return "_compiled_call_impl" if compiled(unit) else "forward"
 
 
@@ -360,7 +361,7 @@ class UnitForwards:
                 continue
             unit = self.units[index]
             self._choices[index] = choice
-            slot = _slot(unit)
+            slot = wrapper_slot(unit)
             if unit.__dict__.get(slot) is not self.wrappers.get(index, False):
                 # New, or the unit compiled since (its forward traced by
                 # torch.compile must be its own again).
