@@ -105,7 +105,9 @@ class Offloader {
   // SPEC §7.2: the caller drops the iteration wherever it is (in the
   // middle of a forward, after it, in its backward): every group is
   // released, each free ordered after the copies that read it, a warning
-  // names the iteration and how far it got, and the next ForwardStep
+  // names the iteration and how far it got (none where it holds nothing:
+  // no tensor offloaded by a layer schedule, none pushed under a byte
+  // budget), and the next ForwardStep
   // starts layer 0 of a new iteration. A byte budget's recording iteration
   // is discarded (the next one records again). An OK no-op between
   // iterations. Handles of the dropped iteration are refused by Pop.

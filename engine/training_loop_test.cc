@@ -22,6 +22,7 @@ namespace offload {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 using offload_test::SimOffloadTest;
 using loop_test::LoopGraph;
 using loop_test::LoopHarness;
@@ -169,6 +170,36 @@ TEST_F(TrainingLoopTest, ForwardWithoutBackwardIsAbandonedWhenItsGraphGoes) {
   ASSERT_OK(harness_->Backward(train, 0, false));
   ASSERT_OK(loop_->PassEnded());
   ExpectNothingHeld();
+}
+
+// §7.1, §7.2: a forward that hands the engine nothing to move (a layer
+// schedule's tensors all under the size threshold; a byte budget's forward
+// that pushed nothing) holds nothing: dropped without a backward, it
+// releases nothing and says nothing (a tiny model warned at every step).
+// A forward that did offload is warned about (the tests above).
+TEST_F(TrainingLoopTest, ForwardThatHandedOverNothingIsDroppedWithoutAWord) {
+  for (const bool budget : {false, true}) {
+    SCOPED_TRACE(budget ? "byte budget" : "layer schedule");
+    OffloadOptions options = Options();
+    options.min_offload_elements = 1 << 20;  // the harness's tensors: 4096
+    if (budget) {
+      options.offloaded_layers = 0;
+      options.activation_budget_bytes = 1;
+      options.smallest_budget = true;
+    }
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<TrainingLoop> loop,
+                         TrainingLoop::Create(*sim_, options));
+    LoopHarness harness(*sim_, *loop, /*tensors_per_layer=*/budget ? 0 : 2);
+    for (int step = 0; step < 2; ++step) {
+      LoopGraph eval = harness.Forward(kLayers, /*expected_ids=*/true);
+      eval = LoopGraph();  // an evaluation with grad on: no backward
+      LoopGraph train = harness.Forward(kLayers, /*expected_ids=*/true);
+      ASSERT_OK(harness.Backward(train, 0, false));
+      ASSERT_OK(loop->PassEnded());
+    }
+    EXPECT_EQ(loop->live_iterations(), 0);
+    EXPECT_THAT(loop->Warnings(), IsEmpty());
+  }
 }
 
 // §7.4: two forwards, one backward pass over both.

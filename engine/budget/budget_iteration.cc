@@ -137,13 +137,17 @@ Status BudgetPolicy::AbandonIteration() {
     return OkStatus();
   }
   const std::string where = "AbandonIteration of " + Iteration();
-  core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
-             " of " + std::to_string(options_.model_layers) +
-             " layers' forward and " + std::to_string(backward_count_) +
-             " layers' backward; its memory was released" +
-             (plan_.has_value() ? ""
-                                : " (its recording is discarded: the next "
-                                  "iteration records again)"));
+  // Nothing pushed (every tensor under the size threshold): nothing to
+  // release or record, nothing to say.
+  if (pushes_ > 0) {
+    core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
+               " of " + std::to_string(options_.model_layers) +
+               " layers' forward and " + std::to_string(backward_count_) +
+               " layers' backward; its memory was released" +
+               (plan_.has_value() ? ""
+                                  : " (its recording is discarded: the next "
+                                    "iteration records again)"));
+  }
   Status first = EndIteration(core_, groups_, options_.retain_pinned_buffers);
   if (diverged_) {
     plan_.reset();

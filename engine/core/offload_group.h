@@ -286,6 +286,11 @@ Status EndIteration(OffloadCore& core,
                     std::vector<std::unique_ptr<OffloadGroup>>& groups,
                     bool retain_pinned);
 
+// Whether any of a front door's `groups` (null entries skipped) holds a
+// tensor pushed in this iteration: an iteration that holds none has nothing
+// to release when it is dropped (SPEC §7.2).
+bool AnyPushed(const std::vector<std::unique_ptr<OffloadGroup>>& groups);
+
 // Ends a backward traversal for a front door's `groups` (SPEC §7.3): each
 // group's reloaded memory is released (DropReloaded), host copies stay;
 // then the core's kept memory is retried. Every group is handled whatever

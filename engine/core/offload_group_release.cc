@@ -59,8 +59,9 @@ Status OffloadGroup::DropDeviceStorages(bool ordered, const Status& why) {
           span.device->memory().HeldOutside()) {
         core_.stats().bytes_retained_by_caller += span.bytes;
         core_.Warn(Where() + ": " + Bytes(span.bytes) + " copied to host "
-                   "stay on device because the caller still holds their "
-                   "storage; offloading them saved no memory");
+                   "stay on device while the caller still holds their "
+                   "storage (offloading them saves memory only once it lets "
+                   "go: a model's forward holding its layer's input, say)");
       } else if (it->second == 1) {
         first.Update(core_.FreeOnCompute(
             span.device, std::function<std::string()>([this] { return Where(); })));
@@ -326,6 +327,13 @@ Status EndTraversal(OffloadCore& core,
   }
   first.Update(core.RetryKept());
   return first;
+}
+
+bool AnyPushed(const std::vector<std::unique_ptr<OffloadGroup>>& groups) {
+  for (const auto& group : groups) {
+    if (group != nullptr && group->size() > 0) return true;
+  }
+  return false;
 }
 
 Status EndIteration(OffloadCore& core,

@@ -142,6 +142,12 @@ Status LayerPolicy::AbandonIteration() {
         " (finish the iteration: FinishBackward)");
   }
   if (forward_count_ == 0) return OkStatus();  // between iterations
+  // A forward that offloaded nothing (every tensor under the size
+  // threshold, or no layer offloaded) holds no memory of ours: dropping it
+  // releases nothing, so nothing is said (a tiny model's every step).
+  if (!AnyPushed(groups_)) {
+    return EndThisIteration().WithContext(where + " (the iteration ended)");
+  }
   core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
              " of " + std::to_string(options_.model_layers) +
              " layers' forward and " + std::to_string(backward_count_) +

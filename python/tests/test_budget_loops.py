@@ -61,11 +61,15 @@ def test_an_exception_in_the_profile_forward_then_steps_as_usual():
     assert set(ctx.joint_budget.plan["choice"]) != {"keep"}
 
 
-def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_retain_graph_and_a_frozen_first_layer_under_a_mixed_plan(compiled):
     # SPEC §7.1, §7.3: a planned step (offload and recompute) traversed twice,
     # and the first layer frozen; bit-identical to the same loop without it.
+    # Compiled units are re-run through their compiled call.
     def loop(ctx):
         model = Decoder()
+        if compiled:
+            compile_layers(model)
         for p in model.layers[0].parameters():
             p.requires_grad_(False)
         x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
@@ -306,7 +310,8 @@ def test_a_unit_that_did_not_run_in_the_profile_is_profiled_again():
     assert ctx.joint_budget.plan is not None
 
 
-def test_the_lean_steady_state_under_training_loop_patterns():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_lean_steady_state_under_training_loop_patterns(compiled):
     # A settled plan that offloads nothing runs without the engine
     # (JointBudget.lean): retain_graph twice with a frozen first layer, an
     # exception mid-forward, a forward whose backward never runs, and an
@@ -322,6 +327,8 @@ def test_the_lean_steady_state_under_training_loop_patterns():
 
     def loop(ctx, warm=None):
         model = Decoder()
+        if compiled:
+            compile_layers(model)
         model.layers[0].requires_grad_(False)
         x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
         results, lean = [], []
@@ -528,11 +535,15 @@ def test_an_exception_inside_an_offloaded_unit_leaves_no_hooks_in_force():
 
 
 @needs_hook_stack
-def test_an_exception_inside_a_recomputed_unit_leaves_no_hooks_in_force():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_exception_inside_a_recomputed_unit_leaves_no_hooks_in_force(compiled):
     # PyTorch's checkpoint leaves its hooks pushed where its function raises
     # until the traceback is collected; the context's exit ends it, so that
-    # a caller who keeps the exception steps as usual.
+    # a caller who keeps the exception steps as usual (a compiled unit's
+    # checkpoint too, around its compiled call).
     model = Decoder()
+    if compiled:
+        compile_layers(model)
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
     ctx = _settled(model, x, allow_offload=False)

@@ -363,3 +363,29 @@ def test_complex128_activations_stay_on_device(kind):
 def test_min_size_zero_with_empty_saved_tensors(kind):
     model = with_layers(EmptyBlock)
     run_compare(Door(kind, model, min_size=0), model, normal_step)
+
+
+@pytest.mark.parametrize("kind", ["te", "oa_layers", "oa_model", "oa_noarg"])
+def test_a_model_too_small_to_offload_runs_without_a_word(kind):
+    # SPEC §7.1: an iteration begins at the first tensor handed to the engine.
+    # A forward whose every saved tensor is under the size threshold (a smoke
+    # test's tiny model) begins none, so its end, after a backward or without
+    # one (an evaluation with grad on), releases nothing and says nothing.
+    # OffloadActivations() warned "AbandonIteration ... dropped" every step.
+    model = Stack(layers=4)
+    door, plain = Door(kind, model, min_size=10**9), Door("plain")
+    gen = torch.Generator().manual_seed(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for it in range(4):
+            x = torch.randn(*SHAPE, generator=gen)
+            if it == 2:  # evaluated with grad on: no backward
+                door.forward(model, x)
+                continue
+            assert_same(normal_step(plain, model, x.clone()),
+                        normal_step(door, model, x.clone()), it)
+    messages = [str(w.message) for w in caught]
+    assert not any("actoffload: AbandonIteration" in m or "dropped" in m
+                   for m in messages), messages
+    assert door.bytes_offloaded() == 0
+    door.assert_clean()
