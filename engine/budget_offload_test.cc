@@ -41,7 +41,7 @@ class BudgetOffloadTest : public ::testing::Test {
   // previous push and dropped by the caller once pushed; popped in reverse
   // and checked byte by byte.
   void Iteration(Offloader& off, int per_layer, uint64_t iteration,
-                 StatusCode finish = StatusCode::kOk) {
+                 StatusCode finish = StatusCode::kOk, int64_t columns = 64) {
     std::vector<std::vector<SavedTensor>> saved(kLayers);
     std::vector<std::vector<uint64_t>> seeds(kLayers);
     for (int l = 0; l < kLayers; ++l) {
@@ -49,8 +49,8 @@ class BudgetOffloadTest : public ::testing::Test {
       ASSERT_EQ(layer, l);
       for (int t = 0; t < per_layer; ++t) {
         const uint64_t seed = iteration * 1000 + l * 10 + t;
-        ASSERT_OK_AND_ASSIGN(Tensor x,
-                             Produce(sim_, DType::kF32, {64, 64}, seed, 1000));
+        ASSERT_OK_AND_ASSIGN(
+            Tensor x, Produce(sim_, DType::kF32, {64, columns}, seed, 1000));
         ASSERT_OK_AND_ASSIGN(SavedTensor h, off.Push(x));
         saved[l].push_back(h);
         seeds[l].push_back(seed);
@@ -219,6 +219,50 @@ TEST_F(BudgetOffloadTest, ChangedWorkloadWarnsAndRecordsAgain) {
   EXPECT_LE(sim_.device_memory().peak_bytes, 5 * kTensorBytes);
   EXPECT_EQ(off->diagnostics().warnings().size(), 1u);
   EXPECT_THAT(sim_.hazards(), IsEmpty());
+}
+
+// Batches of another length (the same ops, other sizes: dynamic padding).
+// Units smaller than recorded follow the plan within its budget; under the
+// smallest budget (OffloadActivations() without one, torchtune's usage)
+// larger ones follow it too. A larger workload under a caller's budget is
+// recorded again, once; the plan made for it then serves smaller ones.
+TEST_F(BudgetOffloadTest, BatchesOfAnotherLengthFollowThePlan) {
+  const int64_t budget = 5 * kTensorBytes;
+  ASSERT_OK_AND_ASSIGN(auto off, Offloader::Create(sim_, Options(budget)));
+  Iteration(*off, 3, 1);
+  const std::string plan = off->BudgetPlanText();
+  for (const int64_t columns : {32, 48, 64, 16}) {
+    SCOPED_TRACE(columns);
+    const int64_t before = off->stats().bytes_offloaded;
+    sim_.RunUntilIdle();
+    sim_.ResetPeaks();
+    Iteration(*off, 3, 2, StatusCode::kOk, columns);
+    sim_.RunUntilIdle();
+    EXPECT_GT(off->stats().bytes_offloaded, before);
+    EXPECT_LE(sim_.device_memory().peak_bytes, budget);
+    EXPECT_EQ(off->BudgetPlanText(), plan);
+  }
+  EXPECT_THAT(off->diagnostics().warnings(), IsEmpty());
+  Iteration(*off, 3, 3, StatusCode::kOk, /*columns=*/96);  // larger
+  EXPECT_EQ(off->diagnostics().warnings().size(), 1u);
+  Iteration(*off, 3, 4, StatusCode::kOk, 96);  // recorded
+  Iteration(*off, 3, 5, StatusCode::kOk, 64);
+  EXPECT_EQ(off->diagnostics().warnings().size(), 1u);
+
+  OffloadOptions smallest = Options(1);
+  smallest.smallest_budget = true;
+  ASSERT_OK_AND_ASSIGN(auto least, Offloader::Create(sim_, smallest));
+  Iteration(*least, 3, 1);
+  for (const int64_t columns : {96, 32, 128}) {
+    SCOPED_TRACE(columns);
+    const int64_t before = least->stats().bytes_offloaded;
+    Iteration(*least, 3, 2, StatusCode::kOk, columns);
+    EXPECT_GT(least->stats().bytes_offloaded, before);
+  }
+  EXPECT_THAT(least->diagnostics().warnings(), IsEmpty());
+  sim_.RunUntilIdle();
+  EXPECT_THAT(sim_.hazards(), IsEmpty());
+  EXPECT_EQ(sim_.device_memory().live_bytes, 0);
 }
 
 // A pop refused for a wrong handle changes nothing: the plan's frees and

@@ -167,7 +167,13 @@ void BudgetPolicy::CheckAgainstPlan(int unit, bool created) {
           std::to_string(recording_->units.size());
   } else {
     const BudgetUnit& rec = recording_->units[unit];
-    if (rec.layer != live.layer || rec.bytes != live.bytes ||
+    // A batch of another length (dynamic padding) pushes the same units
+    // with other sizes. Smaller ones keep to the plan's budget (every
+    // resident count can only fall); larger ones too under the smallest
+    // budget, which grows with the workload (torchtune's usage). A larger
+    // unit under a caller's budget is a new workload.
+    const bool fits = live.bytes <= rec.bytes || options_.smallest_budget;
+    if (rec.layer != live.layer || !fits ||
         rec.first_push != live.first_push) {
       why = "recorded as " + LayerName(rec.layer) + ", " +
             std::to_string(rec.bytes) + " bytes, first push " +

@@ -162,6 +162,43 @@ def test_no_argument_offloads_every_activation_like_torchtune():
     assert ctx.offloader.stats()["bytes_offloaded"] > 0
 
 
+def test_batches_of_varying_length_follow_the_recorded_plan():
+    # Dynamic padding (torchtune's default collate pads each batch to its
+    # longest) saves the same tensors with other sizes each step. Under
+    # torchtune's usage the plan recorded once serves every length: each
+    # step said "the workload changed", kept the rest on device and
+    # recorded again, so nothing was ever offloaded. Under a caller's budget
+    # a shorter batch keeps to the plan, within the budget.
+    model = Stack(layers=4)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randn(2, n, 64, generator=gen) for n in (64, 48, 80, 32, 96)]
+    ctx = actoffload.OffloadActivations(min_offload_size=MIN, backend="sim")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step, x in enumerate(batches):
+            before = ctx.offloader.stats()["bytes_offloaded"]
+            assert_identical(train_step(model, x), train_step(model, x, whole_forward(ctx)))
+            assert step == 0 or ctx.offloader.stats()["bytes_offloaded"] > before, step
+    longest = batches[-1]
+    make = lambda budget: actoffload.OffloadActivations(  # noqa: E731
+        budget_bytes=budget, min_offload_size=MIN, session=session)
+    session = actoffload.new_session("sim")
+    budget = smallest_budget(make, model, longest)
+    ctx = make(budget)
+    train_step(model, longest, whole_forward(ctx))  # recorded
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in batches[:-1]:
+            before = ctx.offloader.stats()["bytes_offloaded"]
+            session.synchronize()
+            session.sim_reset_peaks()
+            assert_identical(train_step(model, x), train_step(model, x, whole_forward(ctx)))
+            session.synchronize()
+            assert session.sim_device_peak_bytes() <= budget
+            assert ctx.offloader.stats()["bytes_offloaded"] > before
+    assert session.hazards() == []
+
+
 def test_entering_twice_is_an_error():
     model = Stack(layers=2)
     ctx = actoffload.OffloadActivations(model, backend="sim")
