@@ -275,6 +275,7 @@ class JointBudget:
             "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
             "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
             "bwd": [None] * n, "end": None, "peak": None, "versions": [None] * n,
+            "buffers": [None] * n,
             "profile": self.plan is None,
             # The profile's peaks, per stretch of the step (the allocator's
             # peak counter is read and reset at each unit's boundaries):
@@ -314,14 +315,16 @@ class JointBudget:
         if any(t.is_inference() for t in tensors):
             self._not_rerun.add(index)
         r["versions"][index] = [(t, t._version) for t in tensors if not t.is_inference()]
+        r["buffers"][index] = _buffer_versions(self.units[index])
 
     def unit_ends(self, index, output):
         r = self._record
         if r is None:
             return
-        if any(t._version != v for t, v in r["versions"][index]):
+        if (any(t._version != v for t, v in r["versions"][index])
+                or _buffers_changed(r["buffers"][index], self.units[index])):
             self._not_rerun.add(index)
-        r["versions"][index] = None
+        r["versions"][index] = r["buffers"][index] = None
         r["fwd_end"][index] = self._clock.mark()
         r["after"][index] = self.probe.allocated()
         r["forward_peak"][index] = self._stretch_peak(r)
@@ -382,8 +385,9 @@ class JointBudget:
         allowed and its forward was not seen to modify an input in place
         (a block beginning with `x.relu_()`): re-run from the modified
         input, it would compute something else, and torch ≥ 2's checkpoint
-        refuses it in the backward ("modified by an inplace operation"),
-        and none of its arguments is an inference tensor (a mask made under
+        refuses it in the backward ("modified by an inplace operation");
+        nor its own buffers (BatchNorm's running statistics in training):
+        a re-run would update them twice a step; and none of its arguments is an inference tensor (a mask made under
         `torch.inference_mode`): torch ≥ 2's checkpoint saves the inputs
         for backward, which autograd refuses for an inference tensor."""
         return self.allow_recompute and index not in self._not_rerun
@@ -565,6 +569,22 @@ def _first_tensor(items):
         if isinstance(item, torch.Tensor):
             return item
     return None
+
+
+def _buffer_versions(unit):
+    """(name, buffer, version) of each of `unit`'s buffers (an inference
+    tensor has no version, and cannot be changed outside inference mode)."""
+    return [(name, b, b._version) for name, b in unit.named_buffers()
+            if not b.is_inference()]
+
+
+def _buffers_changed(before, unit):
+    """Whether `unit`'s forward changed or replaced a buffer since
+    `before` (_buffer_versions): BatchNorm's running statistics in training."""
+    now = _buffer_versions(unit)
+    return len(now) != len(before) or any(
+        n0 != n1 or b0 is not b1 or v0 != v1
+        for (n0, b0, v0), (n1, b1, v1) in zip(before, now))
 
 
 def _bytes(tensor):

@@ -8,6 +8,7 @@ fills a key/value cache in training, and the engine's saved-tensor hooks
 in force only inside the units a plan offloads."""
 
 import contextlib
+import copy
 import warnings
 
 import pytest
@@ -126,23 +127,57 @@ def test_a_unit_that_modifies_its_input_in_place_is_never_rerun(allow_offload):
     _middle_layers_never_rerun(model, allow_offload)
 
 
+class _Normalised(Layer):
+    """Batch-normalises its input first: in training, each forward updates
+    BatchNorm's running statistics and its count of batches."""
+
+    def __init__(self, hidden):
+        super().__init__(hidden)
+        self.norm = torch.nn.BatchNorm1d(hidden)
+
+    def forward(self, x):
+        return super().forward(self.norm(x.transpose(1, 2)).transpose(1, 2))
+
+
+@pytest.mark.parametrize("allow_offload", [True, False])
+def test_a_unit_that_updates_its_buffers_is_never_rerun(allow_offload):
+    # A re-run would update the running statistics a second time each step:
+    # loss and gradients the same, the model's state (what an evaluation
+    # reads) not. The profile sees its buffers' versions change, as for an
+    # input modified in place; after every step the buffers equal those of
+    # the same steps without the package.
+    model = Decoder()
+    _replace_middle_layers(model, _Normalised)
+    plain = copy.deepcopy(model)
+    _middle_layers_never_rerun(model, allow_offload, plain=plain)
+
+
 def _replace_middle_layers(model, layer_class):
-    """Layers 1 and 2 of a Decoder become `layer_class`, same weights."""
+    """Layers 1 and 2 of a Decoder become `layer_class`, same weights (and
+    its own parameters and buffers as made)."""
     for i in (1, 2):
         layer = layer_class(64)
-        layer.load_state_dict(model.layers[i].state_dict())
+        layer.load_state_dict(model.layers[i].state_dict(), strict=False)
         model.layers[i] = layer
 
 
-def _middle_layers_never_rerun(model, allow_offload):
-    """Every step bit-identical through the profile, the race and the plan;
-    the profile finds layers 1 and 2 not recomputable, and the plan keeps
-    or offloads them (with offload off, it recomputes the others)."""
+def _middle_layers_never_rerun(model, allow_offload, plain=None):
+    """Every step bit-identical through the profile, the race and the plan
+    (and, given `plain`, a copy of the model stepped without the package,
+    its buffers after each step); the profile finds layers 1 and 2 not
+    recomputable, and the plan keeps or offloads them (with offload off, it
+    recomputes the others)."""
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
+    if plain is not None:
+        seeded_step(plain, x)
     ctx, _ = make(model, 0.85, allow_offload=allow_offload)
     for _ in range(8):
         assert_identical(reference, seeded_step(model, x, ctx))
+        if plain is not None:
+            seeded_step(plain, x)
+            for (name, a), b in zip(model.named_buffers(), plain.buffers()):
+                assert torch.equal(a, b), name
     joint = ctx.joint_budget
     units = [joint.profile["units"][p] for p in joint._index]
     assert [u["recomputable"] for u in units] == [True, False, False, True]
