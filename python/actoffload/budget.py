@@ -99,6 +99,16 @@ _TOLERANCE = 0.02
 # fastest trial that fits, by more than this share is not run
 # (JointRaceOptions::prune).
 PRUNE = 0.15
+# The profile and the race compare like with like: an iteration whose units
+# took inputs of other sizes than in the first profile iteration (a batch of
+# another length: dynamic padding) is not measured. Its peak and step belong
+# to another workload: with them, the issue's kind of Llama (h2048, lengths
+# 1024-3072) had its budget refused at the 4th step and then raised to 0.63
+# of the peak where one length keeps 0.5 (run 88). A profile iteration of
+# another length is made again, at most this many times in all; after that
+# the profile goes on without the kinds it still lacks. The race does not
+# count such iterations, up to WARMUP_ITERATIONS of them.
+SHAPE_PATIENCE = 8
 # After the warm-up, a plan that offloads nothing runs without the engine:
 # no saved-tensor hooks (each saved tensor would cross into the engine and
 # back for nothing), no unit hooks; only its recomputed units' wrappers.
@@ -184,6 +194,7 @@ class JointBudget:
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._clock = None
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
+        self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -252,7 +263,13 @@ class JointBudget:
     def measuring(self):
         if self._race is None:
             return self.iteration <= WARMUP_ITERATIONS + 1
-        return self._race.measuring(self.iteration)
+        return self._race.measuring(self._race_iteration)
+
+    @property
+    def _race_iteration(self):
+        """The race's count of iterations: those of other input sizes than
+        the profile's do not count (SHAPE_PATIENCE), up to WARMUP_ITERATIONS."""
+        return self.iteration - min(self._other_shapes, WARMUP_ITERATIONS)
 
     def begin_forward(self):
         """At the context's enter: raises a refusal once (SPEC §7.8); starts
@@ -262,7 +279,7 @@ class JointBudget:
             raise ValueError(message)
         self.iteration += 1
         if not self.measuring:
-            if self._race is not None and self._race.warm_up_ended(self.iteration):
+            if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
             self._record = None
@@ -365,12 +382,26 @@ class JointBudget:
             warnings.warn(f"actoffload: unit {missing[0]} did not run in the profile "
                           f"iteration's forward; profiling again", stacklevel=2)
             return
+        other_shape = bool(self._profiles) and record["input"] != self._profiles[0]["input"]
         if record["profile"]:
-            self._profiles.append(record)
-            if len(self._profiles) < len(self._profile_kinds()):
-                return  # the next iteration profiles the next kind
+            if other_shape:
+                self._other_shapes += 1
+                if self._other_shapes < SHAPE_PATIENCE:
+                    return  # this kind is profiled again
+                warnings.warn(
+                    f"actoffload: the budget's profile saw {self._other_shapes} batches of "
+                    "other lengths than its first; it goes on without its "
+                    f"{' and '.join(self._profile_kinds()[len(self._profiles):])} iteration "
+                    "(pad batches to a few lengths: plans are measured on one)",
+                    stacklevel=2)
+            else:
+                self._profiles.append(record)
+                if len(self._profiles) < len(self._profile_kinds()):
+                    return  # the next iteration profiles the next kind
             self._make_profile(*self._profiles)
             self._start_race()
+        elif other_shape and self._other_shapes < WARMUP_ITERATIONS:
+            self._other_shapes += 1  # its plan ran; the race waits for a like batch
         elif self.plan is not None:
             step = self._clock.ns(record["start"], record["end"])
             warning = self._race.measured(step, record["peak"])
