@@ -256,17 +256,12 @@ def test_batches_of_varying_length_through_the_profile_and_the_race():
     # profile iterations on, on a device whose bytes grow with the length.
     # Each step is bit-identical to the same step without the budget; the
     # profile and the race measure only batches of the first one's length,
-    # so they end where one length ends: the same plan, the budget neither
-    # refused nor raised. (Measuring every batch, a 64-token batch's peak
-    # was taken for the plan's, twice what it is at 32: every plan measured
+    # so they end as at one length: the budget neither refused nor raised,
+    # a plan within it. (Measuring every batch, a 64-token batch's peak was
+    # taken for the plan's, twice what it is at 32: every plan measured
     # over, and the budget was refused, naming the lowest peak measured;
-    # so was a Llama h2048 on an H200, run 88.)
-    assert _plan_for_lengths((32, 64, 16, 40)) == _plan_for_lengths((32,))
-
-
-def _plan_for_lengths(lengths):
-    """The budget's plan (its units' choices) at 0.6 on a Decoder stepped
-    with batches of `lengths` tokens in turn, each step checked."""
+    # so was a Llama h2048 on an H200, run 88.) Which plan the race keeps
+    # depends on its measured steps, here the CPU's: not compared.
     model = Decoder()
     probe = _ScalesWithLength(UNIT, outside=UNIT)
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6, probe=probe,
@@ -274,6 +269,7 @@ def _plan_for_lengths(lengths):
     probe.ctx = ctx
     probe.watch(ctx.joint_budget.units)
     joint = ctx.joint_budget
+    lengths = (32, 64, 16, 40)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for it in range(120):
@@ -282,9 +278,8 @@ def _plan_for_lengths(lengths):
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     assert not joint.measuring
     assert joint.budget_bytes == int(0.6 * joint.profile["peak"])
-    choices = joint.unit_choices(joint.plan)
-    assert set(choices) != {"keep"}, choices
-    return choices
+    assert joint.plan["peak_bytes"] <= joint.budget_bytes
+    assert set(joint.unit_choices(joint.plan)) != {"keep"}
 
 
 def _grads_of(model, ctx, *inputs):
