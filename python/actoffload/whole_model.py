@@ -39,22 +39,30 @@ def find_layers(model):
     """The model's layer stack: its longest nn.ModuleList that is not inside
     another ModuleList's modules (Llama's model.layers, GPT-2's
     transformer.h; not a mixture-of-experts layer's own list of experts,
-    however many it has)."""
+    however many it has). An encoder-decoder (T5, BART, Whisper) has two:
+    every such list as long as the longest whose layers are as large (at
+    least half its parameters per layer) joins it, in the order the model
+    registers them, which is the order they run. A list of per-layer norms
+    kept beside the layers does not (its layers run interleaved with them)."""
     inner = set()
     for module in model.modules():
         if isinstance(module, torch.nn.ModuleList):
             for child in module:
                 inner.update(id(m) for m in child.modules()
                              if isinstance(m, torch.nn.ModuleList))
-    best = None
-    for module in model.modules():
-        if (isinstance(module, torch.nn.ModuleList) and id(module) not in inner
-                and (best is None or len(module) > len(best))):
-            best = module
-    if best is None or len(best) == 0:
+    tops = [m for m in model.modules()
+            if isinstance(m, torch.nn.ModuleList) and id(m) not in inner and len(m) > 0]
+    if not tops:
         raise ValueError("actoffload: no nn.ModuleList of layers found in the "
                          "model; pass layers=[...] or use budget_bytes without layers")
-    return list(best)
+    best = max(tops, key=len)  # the first of the longest
+
+    def per_layer(stack):
+        return sum(p.numel() for p in stack.parameters()) / len(stack)
+
+    stacks = [m for m in tops if m is best or (
+        len(m) == len(best) and per_layer(m) > 0 and per_layer(m) >= per_layer(best) / 2)]
+    return [layer for stack in stacks for layer in stack]
 
 
 class OffloadActivations:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import actoffload
-from models import (Stack, assert_identical, recorded_bytes, smallest_budget, train_step,
+from models import (Block, Stack, assert_identical, recorded_bytes, smallest_budget, train_step,
                     whole_forward)
 
 MIN = 4096  # bytes (torchtune's unit): the test tensors are small
@@ -78,6 +78,72 @@ def test_the_layer_stack_is_found_above_each_layers_own_lists():
     assert actoffload.find_layers(model) == list(stack)
     ctx = actoffload.OffloadActivations(model, num_layers=1, backend="sim")
     assert ctx._layers == list(stack)
+
+
+class _CrossBlock(Block):
+    """A decoder layer: a Block, then attention-like reading of the
+    encoder's output (`memory`)."""
+
+    def __init__(self, hidden=64):
+        super().__init__(hidden)
+        self.cross = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x, memory):
+        x = super().forward(x)
+        return x + torch.tanh(self.cross(memory)).softmax(-1) * x
+
+
+class _EncoderDecoder(torch.nn.Module):
+    """T5's shape: an encoder stack, then a decoder stack as long whose
+    layers read the encoder's output too, each followed by a norm kept in a
+    list of its own beside the layers (as long as they, but small)."""
+
+    def __init__(self, layers=3, hidden=64):
+        super().__init__()
+        self.embed = torch.nn.Linear(hidden, hidden)
+        self.encoder = torch.nn.ModuleList(Block(hidden) for _ in range(layers))
+        self.decoder = torch.nn.ModuleList(_CrossBlock(hidden) for _ in range(layers))
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(hidden) for _ in range(layers))
+        self.head = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        memory = self.embed(x)
+        for layer in self.encoder:
+            memory = layer(memory)
+        y = self.embed(x.flip(1))
+        for layer, norm in zip(self.decoder, self.norms):
+            y = norm(layer(y, memory))
+        return self.head(y)
+
+
+def test_an_encoder_decoders_two_stacks_are_its_layers_in_the_order_they_run():
+    # T5, BART, Whisper: the encoder's layers, then the decoder's (T5's
+    # budget planned only its encoder's). Not the list of norms beside the
+    # decoder's layers: they run interleaved with them.
+    model = _EncoderDecoder()
+    assert actoffload.find_layers(model) == list(model.encoder) + list(model.decoder)
+    x = torch.randn(2, 64, 64)
+    reference = train_step(model, x)
+    ctx = actoffload.OffloadActivations(model, num_layers=4, min_offload_size=MIN,
+                                        backend="sim")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert_identical(reference, train_step(model, x, whole_forward(ctx)))
+    # A layer out of order would run outside offloading, warned. (The
+    # encoder's output, which each decoder layer saves, stays on device
+    # while the forward holds it: warned too, and true.)
+    said = [str(w.message) for w in seen]
+    assert not any("outside offloading" in m for m in said), said
+    assert ctx.offloader.stats()["bytes_offloaded"] > 0
+    assert ctx.session.hazards() == []
+    # The budget plans all six units (run on a scripted device).
+    from budget_testing import make
+    ctx, _ = make(model, 0.3)
+    for _ in range(12):
+        assert_identical(reference, train_step(model, x, whole_forward(ctx)))
+    choices = ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
+    assert len(choices) == 6 and set(choices[3:]) != {"keep"}, choices
 
 
 def test_byte_budget_without_layers_keeps_within_budget():
