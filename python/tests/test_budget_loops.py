@@ -282,6 +282,29 @@ def test_batches_of_varying_length_through_the_profile_and_the_race():
     assert set(joint.unit_choices(joint.plan)) != {"keep"}
 
 
+def test_batches_of_a_new_length_every_step_still_end_the_warm_up():
+    # No two batches alike: the profile makes its later iterations again at
+    # most SHAPE_PATIENCE times, then goes on without them (warned), and the
+    # race, having waited as long as its warm-up for a like batch, measures
+    # what comes. Steps bit-identical (every eighth checked); a plan at the end.
+    model = Decoder()
+    ctx, _ = make(model, 0.6)
+    joint = ctx.joint_budget
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for it in range(110):
+            x = torch.randn(2, 16 + it, 64, generator=torch.Generator().manual_seed(it))
+            got = seeded_step(model, x, ctx)
+            if it % 8 == 0 or not joint.measuring:
+                assert_identical(seeded_step(model, x), got)
+            if not joint.measuring:
+                break
+    said = [str(w.message) for w in seen]
+    assert sum("batches of other lengths" in m for m in said) == 1, said
+    assert not joint.measuring and joint.plan is not None
+    assert set(joint.unit_choices(joint.plan)) != {"keep"}
+
+
 def _grads_of(model, ctx, *inputs):
     """One step: the model on each input (all inside one `with ctx` when
     given), the loss of their outputs' differences, and the gradients
