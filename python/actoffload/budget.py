@@ -102,9 +102,9 @@ PRUNE = 0.15
 # The profile and the race compare like with like: an iteration whose units
 # took inputs of other sizes than in the first profile iteration (a batch of
 # another length: dynamic padding) is not measured. Its peak and step belong
-# to another workload: with them, the issue's kind of Llama (h2048, lengths
-# 1024-3072) had its budget refused at the 4th step and then raised to 0.63
-# of the peak where one length keeps 0.5 (run 88). A profile iteration of
+# to another workload: with them, a Llama h2048 at 0.5 on lengths 1024 to
+# 3072 had its budget refused and then raised to 0.63 of the peak, where at
+# one length it is refused for 0.59 (run 88). A profile iteration of
 # another length is made again, at most this many times in all; after that
 # the profile goes on without the kinds it still lacks. The race does not
 # count such iterations, up to WARMUP_ITERATIONS of them.
@@ -418,9 +418,10 @@ class JointBudget:
         input, it would compute something else, and torch ≥ 2's checkpoint
         refuses it in the backward ("modified by an inplace operation");
         nor its own buffers (BatchNorm's running statistics in training):
-        a re-run would update them twice a step; and none of its arguments is an inference tensor (a mask made under
-        `torch.inference_mode`): torch ≥ 2's checkpoint saves the inputs
-        for backward, which autograd refuses for an inference tensor."""
+        a re-run would update them twice a step; and none of its arguments
+        is an inference tensor (a mask made under `torch.inference_mode`):
+        torch ≥ 2's checkpoint saves the inputs for backward, which
+        autograd refuses for an inference tensor."""
         return self.allow_recompute and index not in self._not_rerun
 
     def _selective_allowed(self, index):
