@@ -145,14 +145,13 @@ Status LayerPolicy::AbandonIteration() {
   // A forward that offloaded nothing (every tensor under the size
   // threshold, or no layer offloaded) holds no memory of ours: dropping it
   // releases nothing, so nothing is said (a tiny model's every step).
-  if (!AnyPushed(groups_)) {
-    return EndThisIteration().WithContext(where + " (the iteration ended)");
+  if (AnyPushed(groups_)) {
+    core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
+               " of " + std::to_string(options_.model_layers) +
+               " layers' forward and " + std::to_string(backward_count_) +
+               " layers' backward (" + std::to_string(traversals_) +
+               " earlier backward passes); its memory was released");
   }
-  core_.Warn(where + ": dropped after " + std::to_string(forward_count_) +
-             " of " + std::to_string(options_.model_layers) +
-             " layers' forward and " + std::to_string(backward_count_) +
-             " layers' backward (" + std::to_string(traversals_) +
-             " earlier backward passes); its memory was released");
   return EndThisIteration().WithContext(where + " (the iteration ended)");
 }
 
