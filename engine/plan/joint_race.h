@@ -217,6 +217,8 @@ class JointRace {
   // Whether Measured fits the bandwidths at the next plan that offloads.
   void set_calibrated(bool calibrated) { calibrated_ = calibrated; }
   const JointRaceOptions& options() const { return options_; }
+  bool allow_offload() const { return allow_offload_; }
+  bool allow_recompute() const { return allow_recompute_; }
 
  private:
   JointProblem Problem(int64_t budget, bool offload, bool recompute) const;

@@ -195,6 +195,8 @@ class JointBudget:
         self._clock = None
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
+        self._longest = 1.0  # the longest batch after the warm-up, to the profiled one
+        self._pending = None  # a plan for a longer batch, applied at the next forward
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -277,6 +279,9 @@ class JointBudget:
         if self.refusal is not None:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
+        if self._pending is not None:
+            plan, self._pending = self._pending, None
+            self._apply(plan)
         self.iteration += 1
         if not self.measuring:
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
@@ -307,6 +312,32 @@ class JointBudget:
         return (LEAN and self.plan is not None and self._record is None
                 and not any(c in _OFFLOADED for c in self.plan["choice"]))
 
+    def batch_begins(self, args, kwargs):
+        """At the first unit's forward after the warm-up (a hook of its own
+        where the forward is lean): a batch longer than any before it,
+        its first unit's input larger than in the profile, has a plan
+        made for its length (_C.JointRace.for_length,
+        engine/plan/joint_length.h: the race's units scaled by the ratio,
+        within the same budget), in force from the next forward on, for
+        every batch (SPEC §7.8). This batch runs the plan for shorter ones.
+        Where no plan fits the budget at that length, warns, naming the
+        least budget that does, and plans for that."""
+        if self._race is None or not self._profiles or self.measuring:
+            return
+        tensor = _first_tensor(list(args) + list(kwargs.values()))
+        profiled = self._profiles[0]["input"][0]
+        if tensor is None or profiled <= 0 or _bytes(tensor) <= self._longest * profiled:
+            return
+        self._longest = _bytes(tensor) / profiled
+        plan = self._race.for_length(self._longest)
+        if plan["needs_budget"]:
+            warnings.warn(
+                f"actoffload: a batch {self._longest:.2f} times the profiled one's size "
+                f"needs a budget of at least {plan['needs_budget']} bytes, and the "
+                f"budget is {self.budget_bytes}; from the next step on, every batch "
+                "runs the plan for that least budget", stacklevel=3)
+        self._pending = plan
+
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the
         last boundary, and the counter reset for the next stretch."""
@@ -320,6 +351,8 @@ class JointBudget:
     def unit_begins(self, index, args, kwargs):
         r = self._record
         if r is None:
+            if index == 0:
+                self.batch_begins(args, kwargs)
             return
         self._stretch_peak(r)
         r["before"][index] = self.probe.allocated()

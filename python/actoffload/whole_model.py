@@ -179,6 +179,7 @@ class OffloadActivations:
         self._hooks = None
         self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
         self._unit_hook_fns = None  # each unit's (pre, post) module hooks
+        self._batch_hook_fn = None  # the first unit's pre-hook in a lean forward
         self._active = False
         self._passthrough = False
         self._lean = False  # this forward runs without the engine (JointBudget.lean)
@@ -211,6 +212,15 @@ class OffloadActivations:
                     self.offloader.set_model_tensors(_module_tensors(self._modules))
                 self._model_tensors_set = True
                 self._unit_hooks.unit_begins(index, recompute.compiled(module))
+            return None
+        return _common.eagerly(hook)
+
+    def _batch_hook(self):
+        """A lean forward's only hook, on the first unit: the budget sees
+        the batch's size (JointBudget.batch_begins)."""
+        def hook(module, args, kwargs=None):
+            if torch.is_grad_enabled() and not _common.in_backward():
+                self._joint.batch_begins(args, kwargs or {})
             return None
         return _common.eagerly(hook)
 
@@ -267,6 +277,9 @@ class OffloadActivations:
             # units' wrappers; the engine and its hooks sit this one out.
             self._lean = True
             self._joint.install()
+            if self._batch_hook_fn is None:
+                self._batch_hook_fn = self._batch_hook()
+            self._handles.append(_register_pre_hook(self._units[0], self._batch_hook_fn))
             return self
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
@@ -287,11 +300,10 @@ class OffloadActivations:
                 self._unit_hook_fns = [(self._pre_hook(i), self._post_hook(i))
                                        for i in range(len(self._units))]
             for unit, (pre_fn, post_fn) in zip(self._units, self._unit_hook_fns):
-                if self._joint is not None and _KWARGS_HOOKS:
-                    pre = unit.register_forward_pre_hook(pre_fn, with_kwargs=True)
+                if self._joint is not None:
+                    self._handles.append(_register_pre_hook(unit, pre_fn))
                 else:
-                    pre = unit.register_forward_pre_hook(pre_fn)
-                self._handles.append(pre)
+                    self._handles.append(unit.register_forward_pre_hook(pre_fn))
                 self._handles.append(unit.register_forward_hook(post_fn))
             if self._joint is not None:
                 self._joint.install()
@@ -315,6 +327,9 @@ class OffloadActivations:
             return False
         if self._lean:
             self._lean = False
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
             self._joint.uninstall()
             return False
         for handle in self._handles:
@@ -388,6 +403,14 @@ class OffloadActivations:
     def joint_budget(self):
         """The joint plan's state (budget.JointBudget), or None."""
         return self._joint
+
+
+def _register_pre_hook(unit, hook):
+    """A forward pre-hook that sees the keyword arguments too, where the
+    torch version passes them (torch >= 2)."""
+    if _KWARGS_HOOKS:
+        return unit.register_forward_pre_hook(hook, with_kwargs=True)
+    return unit.register_forward_pre_hook(hook)
 
 
 def _module_tensors(modules):

@@ -1,12 +1,15 @@
 """The memory budget (budget.py) on batches of varying length, as dynamic
 padding feeds them, on the CPU and the simulated GPU with a scripted probe:
-the profile and the race measure batches of one length (SHAPE_PATIENCE)."""
+the profile and the race measure batches of one length (SHAPE_PATIENCE);
+after the warm-up, a batch longer than any before has a plan made for its
+length (JointBudget.batch_begins)."""
 
 import warnings
 
 import torch
 
 import actoffload
+from actoffload import _common
 from budget_testing import UNIT, Decoder, ScriptedProbe, make, seeded_step
 from models import assert_identical
 
@@ -37,9 +40,17 @@ class _ScalesWithLength(ScriptedProbe):
                        lambda self, v: self.__dict__.__setitem__("_outside", v))
 
     def peak(self):
+        # Once planned: the plan's choice as the profiled units predict it
+        # (the plan in force may be one made for a longer batch), scaled to
+        # this batch. Plans that offload are not scripted (their peak
+        # depends on the budget they were made for).
         joint = self.ctx.joint_budget
         if joint.plan is not None:
-            return joint.plan["peak_bytes"] * self.length // self.reference + self.over
+            assert "offload" not in joint.plan["choice"]
+            d2h, h2d = joint.bandwidths
+            at_reference = _common.ext().evaluate_joint(
+                joint.model_units, d2h, h2d, 1 << 40, list(joint.plan["choice"]), True)
+            return at_reference["peak_bytes"] * self.length // self.reference + self.over
         return super().peak()
 
 
@@ -57,7 +68,8 @@ def test_batches_of_varying_length_through_the_profile_and_the_race():
     model = Decoder()
     probe = _ScalesWithLength(UNIT, outside=UNIT)
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6, probe=probe,
-                                        backend="sim", min_offload_size=1024)
+                                        backend="sim", min_offload_size=1024,
+                                        allow_offload=False)
     probe.ctx = ctx
     probe.watch(ctx.joint_budget.units)
     joint = ctx.joint_budget
@@ -65,6 +77,8 @@ def test_batches_of_varying_length_through_the_profile_and_the_race():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for it in range(120):
+            if not joint.measuring:
+                break  # (a longer batch after it: the tests below)
             x = torch.randn(2, lengths[it % len(lengths)], 64,
                             generator=torch.Generator().manual_seed(it))
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
@@ -95,3 +109,93 @@ def test_batches_of_a_new_length_every_step_still_end_the_warm_up():
     assert sum("batches of other lengths" in m for m in said) == 1, said
     assert not joint.measuring and joint.plan is not None
     assert set(joint.unit_choices(joint.plan)) != {"keep"}
+
+
+def _scripted(budget_fraction, **kwargs):
+    model = Decoder()
+    probe = _ScalesWithLength(UNIT, outside=UNIT)
+    ctx = actoffload.OffloadActivations(model, budget_fraction=budget_fraction, probe=probe,
+                                        backend="sim", min_offload_size=1024, **kwargs)
+    probe.ctx = ctx
+    probe.watch(ctx.joint_budget.units)
+    return model, ctx, probe
+
+
+def _batch(length, seed):
+    return torch.randn(2, length, 64, generator=torch.Generator().manual_seed(seed))
+
+
+def test_after_the_warm_up_a_longer_batch_is_planned_for_from_the_next_step():
+    # The warm-up on 32 tokens settles a plan that recomputes (a lean
+    # steady state: the first unit's own hook sees the batch). A batch of
+    # 48 runs that plan, over the budget at its length; from the next step
+    # on, a plan made for 48 runs every batch, within the budget at 48 and
+    # below. A batch of 40 changes nothing; one of 160, where no plan fits,
+    # is warned about once, naming the least budget, and planned for that.
+    # Every step bit-identical to the same step without the budget.
+    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    joint = ctx.joint_budget
+    seed = iter(range(10 ** 6))
+
+    def step(length):
+        x = _batch(length, next(seed))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        return probe.peak()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        while joint.measuring:
+            step(32)
+        profiled = joint.plan
+        assert step(32) <= joint.budget_bytes
+        assert step(48) > joint.budget_bytes  # planned for 32
+        for length in (48, 32, 48, 40):
+            assert step(length) <= joint.budget_bytes, length
+        longer = joint.plan
+        assert joint.unit_choices(longer) != joint.unit_choices(profiled)
+        assert joint.unit_choices(longer).count("recompute") > \
+            joint.unit_choices(profiled).count("recompute")
+        assert joint.lean()  # the steady state ran without the engine
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        step(160)
+        for length in (160, 48, 160):
+            step(length)
+    said = [str(w.message) for w in seen]
+    assert len(said) == 1 and "5.00 times the profiled one's size needs a budget of at " \
+        "least" in said[0], said
+    least = int(said[0].split("at least ")[1].split()[0])
+    assert least > joint.budget_bytes
+    assert probe.peak() <= least  # at 160, the least budget's plan
+    assert joint.plan is not longer
+
+
+def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
+    # Offloading allowed: the steady state keeps the engine and its unit
+    # hooks; the plan for a batch of 48 is the one the race makes for it
+    # (its predicted peak, at 48, within the budget), in force from the
+    # next step with the engine's loop made anew. Steps bit-identical.
+    model, ctx, probe = _scripted(0.75)
+    joint = ctx.joint_budget
+    probe.peak = lambda: (ScriptedProbe.peak(probe) if joint.plan is None else
+                          joint.plan["peak_bytes"] * probe.length // probe.reference)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for it in range(200):
+            if not joint.measuring:
+                break
+            x = _batch(32, it)
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        assert not joint.measuring and not joint.lean()
+        assert "offload" in joint.plan["choice"], joint.plan["choice"]
+        loop = ctx.offloader
+        for it, length in enumerate((48, 48, 32, 48)):
+            x = _batch(length, 1000 + it)
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    planned = joint._race.for_length(1.5)
+    assert joint.plan["choice"] == planned["choice"]
+    assert planned["needs_budget"] == 0
+    assert planned["peak_bytes"] <= joint.budget_bytes
+    # One unit more offloaded than at 32 tokens; the engine's loop made anew.
+    assert planned["choice"].count("offload") > joint._race.plan["choice"].count("offload")
+    assert ctx.offloader is not loop

@@ -3,7 +3,8 @@
 // planner (engine/plan/joint_plan.h, SPEC §4.8) for the profile the
 // package measures (actoffload/budget.py). One engine call each; Python
 // does not plan. actoffload._C.JointRace: the warm-up race
-// that picks the plan the budget mode keeps (engine/plan/joint_race.h).
+// that picks the plan the budget mode keeps (engine/plan/joint_race.h), and
+// its plan for a longer batch (engine/plan/joint_length.h).
 
 #include <torch/extension.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/plan/joint_length.h"
 #include "engine/plan/joint_limit.h"
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
@@ -207,6 +209,18 @@ void BindJointRace(py::module& m) {
       .def("warm_up_ended", &offload::JointRace::WarmUpEnded,
            py::arg("iteration"))
       .def("settle_on_best", &offload::JointRace::SettleOnBest)
+      .def("for_length",
+           [](const offload::JointRace& r, double ratio) {
+             offload::LengthPlan length =
+                 ValueOrThrow(offload::PlanForLength(r, ratio));
+             py::dict out = PlanDict(length.plan, length.problem);
+             out["needs_budget"] = length.needs_budget;
+             return out;
+           },
+           "PlanForLength (engine/plan/joint_length.h): the plan (dict) for "
+           "a batch `ratio` times the profiled one's size, with needs_budget "
+           "(0 where it fits the budget)",
+           py::arg("ratio"))
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
               const std::vector<std::string>& choice) {

@@ -1,0 +1,73 @@
+#include "engine/plan/joint_length.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace offload {
+namespace {
+
+int64_t Scaled(int64_t bytes, double ratio) {
+  if (bytes <= 0) return bytes;
+  return std::max<int64_t>(std::llround(static_cast<double>(bytes) * ratio), 1);
+}
+
+}  // namespace
+
+UnitCost ScaledUnit(const UnitCost& unit, double ratio) {
+  UnitCost u = unit;
+  for (int64_t* bytes :
+       {&u.saved_bytes, &u.input_bytes, &u.recompute_bytes,
+        &u.forward_transient_bytes, &u.backward_transient_bytes,
+        &u.recompute_forward_transient_bytes, &u.selective_bytes,
+        &u.selective_forward_transient_bytes,
+        &u.selective_backward_transient_bytes}) {
+    *bytes = Scaled(*bytes, ratio);
+  }
+  for (double* ns :
+       {&u.forward_ns, &u.backward_ns, &u.recompute_ns, &u.selective_ns}) {
+    *ns *= ratio;
+  }
+  return u;
+}
+
+StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
+  if (!std::isfinite(ratio) || ratio < 1) {
+    return InvalidArgumentError("plan for a longer batch: ratio " +
+                                std::to_string(ratio) + " is not at least 1");
+  }
+  LengthPlan out;
+  JointProblem& p = out.problem;
+  for (const UnitCost& u : race.units()) p.units.push_back(ScaledUnit(u, ratio));
+  p.d2h_gbps = race.d2h_gbps();
+  p.h2d_gbps = race.h2d_gbps();
+  p.allow_offload = race.allow_offload();
+  p.allow_recompute = race.allow_recompute();
+  const int64_t grown = Scaled(race.outside(), ratio) - race.outside();
+  p.budget = race.units_budget() - grown;
+  if (p.budget > 0) {
+    if (StatusOr<JointPlan> same = EvaluateJoint(p, race.plan().choice);
+        same.ok()) {
+      out.plan = *std::move(same);
+      return out;
+    }
+    if (StatusOr<JointPlan> plan = PlanJoint(p); plan.ok()) {
+      out.plan = *std::move(plan);
+      return out;
+    }
+  }
+  StatusOr<int64_t> least = SmallestJointBudget(p);
+  if (!least.ok()) return least.status();
+  p.budget = *least;
+  StatusOr<JointPlan> plan = PlanJoint(p);
+  if (!plan.ok()) return plan.status();
+  out.plan = *std::move(plan);
+  out.needs_budget = static_cast<int64_t>(std::ceil(
+      static_cast<double>(*least + Scaled(race.outside(), ratio)) /
+      (1 - race.options().margin)));
+  return out;
+}
+
+}  // namespace offload

@@ -1,0 +1,48 @@
+// The budget's plan for a batch longer than the one profiled (SPEC §7.8):
+// dynamic padding feeds batches of many lengths, and the warm-up race
+// (joint_race.h) measured one. Every byte a unit saves, holds for a moment
+// or re-creates, and every time it takes, grows with the batch's tokens
+// (SDPA's and the MLP's activations are linear in them), so a batch
+// `ratio` times the profiled one's size is the race's units scaled by
+// `ratio`, the bytes beside them too, within the same budget. Pure, as
+// the race is.
+
+#ifndef OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
+#define OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
+
+#include <cstdint>
+
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_race.h"
+
+namespace offload {
+
+// `unit` for a batch `ratio` times the profiled one's size: its bytes
+// (saved, input, re-created and transient ones) and times scaled, rounded
+// to the nearest byte and kept at least 1 where they were positive.
+UnitCost ScaledUnit(const UnitCost& unit, double ratio);
+
+struct LengthPlan {
+  JointPlan plan;
+  // The scaled units and the budget the plan was made for (its text's).
+  JointProblem problem;
+  // 0 where the plan fits the budget; else the least whole-step budget
+  // any plan fits at this length (the plan is the one for it).
+  int64_t needs_budget = 0;
+};
+
+// The plan for a batch `ratio` times the profiled one's size, within the
+// race's budget: the units' budget less what the bytes beside the units
+// grow by. The plan in force where it still fits that (no change for the
+// caller), else the joint plan for it, else the plan for the smallest
+// units' budget any plan fits, with needs_budget naming that budget as a
+// whole step's.
+// Errors: kInvalidArgument where ratio < 1 or not finite; kResourceExhausted
+//   where no plan fits at any budget (a unit's own bytes exceed every
+//   bound the planner tries).
+// REQUIRES: race.Start() succeeded.
+StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_

@@ -1,0 +1,126 @@
+// The plan for a longer batch (engine/plan/joint_length.h) on the race's
+// stacks of identical units (joint_problem_testing.h: 300 bytes each,
+// input 30, re-created 270, forward 100 ns, backward 200 ns), recompute
+// only unless said, no margin.
+
+#include "engine/plan/joint_length.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_testing.h"
+#include "engine/plan/joint_race.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Each;
+
+JointRace Started(int64_t budget, int64_t outside, bool allow_offload = false) {
+  JointRaceOptions options;
+  options.margin = 0;
+  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, outside,
+                 allow_offload, /*allow_recompute=*/true, {0, 1, 2, 3}, options);
+  EXPECT_OK(race.Start());
+  return race;
+}
+
+TEST(JointLengthTest, AUnitsBytesAndTimesScaleWithTheBatch) {
+  UnitCost u = SelectiveStack(1, 1.0, 1).units[0];
+  u.forward_transient_bytes = 10;
+  u.selective_backward_transient_bytes = 1;
+  const UnitCost s = ScaledUnit(u, 1.5);
+  EXPECT_EQ(s.saved_bytes, 450);
+  EXPECT_EQ(s.input_bytes, 45);
+  EXPECT_EQ(s.recompute_bytes, 405);
+  EXPECT_EQ(s.selective_bytes, 90);
+  EXPECT_EQ(s.forward_transient_bytes, 15);
+  EXPECT_EQ(s.selective_backward_transient_bytes, 2);  // 1.5 rounds up
+  EXPECT_EQ(s.backward_transient_bytes, 0);            // none stays none
+  EXPECT_DOUBLE_EQ(s.forward_ns, 150);
+  EXPECT_DOUBLE_EQ(s.backward_ns, 300);
+  EXPECT_DOUBLE_EQ(s.recompute_ns, 150);
+  EXPECT_DOUBLE_EQ(s.selective_ns, 15);
+  EXPECT_TRUE(s.recomputable && s.selective);
+}
+
+TEST(JointLengthTest, APlanThatStillFitsIsKept) {
+  // Keep-all peaks at 1200 of 1500; half as long again it is 1800: over.
+  // 10% longer (1320) it still fits, and stays.
+  JointRace race = Started(1500, 0);
+  ASSERT_THAT(race.plan().choice, Each(UnitChoice::kKeep));
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.1));
+  EXPECT_EQ(longer.plan.choice, race.plan().choice);
+  EXPECT_EQ(longer.needs_budget, 0);
+  EXPECT_EQ(longer.problem.units[0].saved_bytes, 330);
+}
+
+TEST(JointLengthTest, ALongerBatchIsPlannedWithinTheSameBudget) {
+  JointRace race = Started(1500, 0);
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
+  EXPECT_EQ(longer.needs_budget, 0);
+  EXPECT_THAT(longer.plan.choice, Contains(UnitChoice::kRecompute));
+  EXPECT_LE(longer.plan.peak_bytes, 1500);
+  EXPECT_EQ(longer.problem.budget, 1500);
+  // The plan is what the scaled units predict for its choice.
+  ASSERT_OK_AND_ASSIGN(JointPlan again,
+                       EvaluateJoint(longer.problem, longer.plan.choice));
+  EXPECT_EQ(again.peak_bytes, longer.plan.peak_bytes);
+  // Unscaled, that choice would have been planned for 1500 at 1.0 too,
+  // and the kept-all plan at 1.5 is over: the scale is what changed it.
+  JointProblem at_length = longer.problem;
+  EXPECT_FALSE(EvaluateJoint(at_length, race.plan().choice).ok());
+}
+
+TEST(JointLengthTest, TheBytesBesideTheUnitsGrowWithThemOutOfTheUnitsBudget) {
+  // 300 beside the units: at 1.5 they are 450, so the units have 150 less.
+  JointRace race = Started(1800, 300);
+  ASSERT_EQ(race.units_budget(), 1500);
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
+  EXPECT_EQ(longer.problem.budget, 1350);
+  EXPECT_LE(longer.plan.peak_bytes, 1350);
+  EXPECT_EQ(longer.needs_budget, 0);
+}
+
+TEST(JointLengthTest, WhereNoPlanFitsTheLeastBudgetAtThatLengthIsNamed) {
+  JointRace race = Started(1500, 100);
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 4.0));
+  JointProblem scaled = Stack(4, 1.0, 1);
+  scaled.allow_offload = false;  // as the race
+  for (UnitCost& u : scaled.units) u = ScaledUnit(u, 4.0);
+  ASSERT_OK_AND_ASSIGN(int64_t least, SmallestJointBudget(scaled));
+  EXPECT_GT(least + 400, 1500);
+  EXPECT_EQ(longer.needs_budget, least + 400);
+  EXPECT_EQ(longer.problem.budget, least);
+  EXPECT_LE(longer.plan.peak_bytes, least);
+}
+
+TEST(JointLengthTest, OffloadingPlansAreScaledToo) {
+  // Offload allowed: the plan for the longer batch (600 bytes a unit) fits
+  // its budget as the scaled units predict, with the same copy bandwidths.
+  JointRace race = Started(900, 0, /*allow_offload=*/true);
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 2.0));
+  EXPECT_EQ(longer.problem.d2h_gbps, 1.0);
+  EXPECT_TRUE(longer.problem.allow_offload);
+  EXPECT_EQ(longer.needs_budget, 0);
+  EXPECT_LE(longer.plan.peak_bytes, 900);
+  EXPECT_GT(longer.plan.offloaded_bytes, 0);  // twice 300 a unit: 600 each
+  EXPECT_OK(ValidateJointPlan(longer.plan, longer.problem));
+}
+
+TEST(JointLengthTest, ARatioBelowOneIsRefused) {
+  JointRace race = Started(1500, 0);
+  EXPECT_EQ(PlanForLength(race, 0.5).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanForLength(race, std::nan("")).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace offload
