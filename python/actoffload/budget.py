@@ -55,7 +55,8 @@ before the forward. Its life:
      this module reports each measured step and peak and applies the plan
      it says.
   5. Steady state: a plan that offloads nothing runs without the engine
-     (LEAN).
+     (LEAN). A batch longer than any before it gets a plan made for its
+     length (budget_lengths.py).
 This module is glue: it measures and applies; the engine plans.
 """
 
@@ -63,7 +64,7 @@ import warnings
 
 import torch
 
-from . import _common, budget_profile, recompute
+from . import _common, budget_lengths, budget_profile, recompute
 from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
 # Names of the attention and MLP blocks inside a decoder layer (Hugging Face
@@ -195,8 +196,7 @@ class JointBudget:
         self._clock = None
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
-        self._longest = 1.0  # the longest batch after the warm-up, to the profiled one
-        self._pending = None  # a plan for a longer batch, applied at the next forward
+        self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -279,9 +279,7 @@ class JointBudget:
         if self.refusal is not None:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
-        if self._pending is not None:
-            plan, self._pending = self._pending, None
-            self._apply(plan)
+        self.apply_pending()
         self.iteration += 1
         if not self.measuring:
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
@@ -312,32 +310,6 @@ class JointBudget:
         return (LEAN and self.plan is not None and self._record is None
                 and not any(c in _OFFLOADED for c in self.plan["choice"]))
 
-    def batch_begins(self, args, kwargs):
-        """At the first unit's forward after the warm-up (a hook of its own
-        where the forward is lean): a batch longer than any before it,
-        its first unit's input larger than in the profile, has a plan
-        made for its length (_C.JointRace.for_length,
-        engine/plan/joint_length.h: the race's units scaled by the ratio,
-        within the same budget), in force from the next forward on, for
-        every batch (SPEC §7.8). This batch runs the plan for shorter ones.
-        Where no plan fits the budget at that length, warns, naming the
-        least budget that does, and plans for that."""
-        if self._race is None or not self._profiles or self.measuring:
-            return
-        tensor = _first_tensor(list(args) + list(kwargs.values()))
-        profiled = self._profiles[0]["input"][0]
-        if tensor is None or profiled <= 0 or _bytes(tensor) <= self._longest * profiled:
-            return
-        self._longest = _bytes(tensor) / profiled
-        plan = self._race.for_length(self._longest)
-        if plan["needs_budget"]:
-            warnings.warn(
-                f"actoffload: a batch {self._longest:.2f} times the profiled one's size "
-                f"needs a budget of at least {plan['needs_budget']} bytes, and the "
-                f"budget is {self.budget_bytes}; from the next step on, every batch "
-                "runs the plan for that least budget", stacklevel=3)
-        self._pending = plan
-
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the
         last boundary, and the counter reset for the next stretch."""
@@ -352,7 +324,7 @@ class JointBudget:
         r = self._record
         if r is None:
             if index == 0:
-                self.batch_begins(args, kwargs)
+                self.lengths.at_first_unit(args, kwargs)
             return
         self._stretch_peak(r)
         r["before"][index] = self.probe.allocated()
@@ -517,6 +489,12 @@ class JointBudget:
         warm-up ran fits as measured."""
         if self._race.refusal is not None and not self._refused:
             self.refusal, self._refused = self._race.refusal, True
+
+    def apply_pending(self):
+        """Puts a plan made for a longer batch in force (budget_lengths)."""
+        plan = self.lengths.take_pending()
+        if plan is not None:
+            self._apply(plan)
 
     def _apply(self, plan):
         if self.plan is not None and plan["choice"] == self.plan["choice"]:

@@ -220,7 +220,7 @@ class OffloadActivations:
         the batch's size (JointBudget.batch_begins)."""
         def hook(module, args, kwargs=None):
             if torch.is_grad_enabled() and not _common.in_backward():
-                self._joint.batch_begins(args, kwargs or {})
+                self._joint.lengths.at_first_unit(args, kwargs or {})
             return None
         return _common.eagerly(hook)
 
@@ -272,6 +272,20 @@ class OffloadActivations:
             except BaseException:
                 self._active = False
                 raise
+        if self._joint is not None:
+            self._joint.lengths.watch(self._plan_changed)
+        try:
+            self._set_up_forward()
+        except BaseException:
+            self._active = False  # refused (SPEC §7.8): nothing entered
+            if self._joint is not None:
+                self._joint.lengths.unwatch()
+            raise
+        return self
+
+    def _set_up_forward(self):
+        """What this forward runs under: the budget's lean plan (its
+        recomputed units' wrappers), or the engine's hooks."""
         if self._joint is not None and self._joint.lean():
             # A settled plan that offloads nothing: only its recomputed
             # units' wrappers; the engine and its hooks sit this one out.
@@ -280,7 +294,7 @@ class OffloadActivations:
             if self._batch_hook_fn is None:
                 self._batch_hook_fn = self._batch_hook()
             self._handles.append(_register_pre_hook(self._units[0], self._batch_hook_fn))
-            return self
+            return
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
         self._pushes_before = (_common.pushes(self.offloader) if not self._reached and
@@ -290,11 +304,7 @@ class OffloadActivations:
         if self._layers is None:
             # The whole forward is one unit; its reference is held while it
             # runs (the engine abandons a forward nothing holds).
-            try:
-                self._whole_ref = self.offloader.forward_step(0)[0]
-            except BaseException:
-                self._active = False  # refused (SPEC §7.8): nothing entered
-                raise
+            self._whole_ref = self.offloader.forward_step(0)[0]
         else:
             if self._unit_hook_fns is None:  # made once: wrapping them is not free
                 self._unit_hook_fns = [(self._pre_hook(i), self._post_hook(i))
@@ -312,11 +322,18 @@ class OffloadActivations:
             # The engine sees only what the offloaded units save.
             self._unit_hooks = _common.UnitHooks(self.offloader.pack,
                                                  self.offloader.unpack)
-            return self
+            return
         self._hooks = torch.autograd.graph.saved_tensors_hooks(
             self.offloader.pack, self.offloader.unpack)
         self._hooks.__enter__()
-        return self
+
+    def _plan_changed(self):
+        """A batch longer than any before it, seen before any unit began
+        (budget_lengths.LongerBatches): this forward runs the plan made
+        for it, under the hooks that plan needs."""
+        self._take_down_forward(None, None, None)
+        self._joint.apply_pending()
+        self._set_up_forward()
 
     def __exit__(self, exc_type, exc, tb):
         self._active = False
@@ -325,25 +342,10 @@ class OffloadActivations:
         if self._passthrough:
             self._passthrough = False
             return False
-        if self._lean:
-            self._lean = False
-            for handle in self._handles:
-                handle.remove()
-            self._handles = []
-            self._joint.uninstall()
-            return False
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
         if self._joint is not None:
-            self._joint.uninstall()
-        self._refs.clear()
-        if self._unit_hooks is not None:
-            self._unit_hooks.close()
-            self._unit_hooks = None
-        hooks, self._hooks = self._hooks, None
-        if hooks is not None:
-            hooks.__exit__(exc_type, exc, tb)
+            self._joint.lengths.unwatch()
+        if self._take_down_forward(exc_type, exc, tb):
+            return False  # lean: the engine sat this forward out
         if exc_type is not None:
             self.offloader.abandon_forward()  # SPEC §7.2
         else:
@@ -351,6 +353,25 @@ class OffloadActivations:
             self._warn_if_unreached()
         self._whole_ref = None
         _common.emit_warnings(self.offloader)
+        return False
+
+    def _take_down_forward(self, exc_type, exc, tb):
+        """Undoes _set_up_forward; returns whether the forward was lean."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._joint is not None:
+            self._joint.uninstall()
+        if self._lean:
+            self._lean = False
+            return True
+        self._refs.clear()
+        if self._unit_hooks is not None:
+            self._unit_hooks.close()
+            self._unit_hooks = None
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.__exit__(exc_type, exc, tb)
         return False
 
     def _warn_if_unreached(self):

@@ -6,12 +6,13 @@ length (JointBudget.batch_begins)."""
 
 import warnings
 
+import pytest
 import torch
 
 import actoffload
 from actoffload import _common
 from budget_testing import UNIT, Decoder, ScriptedProbe, make, seeded_step
-from models import assert_identical
+from models import assert_identical, train_step
 
 
 class _ScalesWithLength(ScriptedProbe):
@@ -111,8 +112,34 @@ def test_batches_of_a_new_length_every_step_still_end_the_warm_up():
     assert set(joint.unit_choices(joint.plan)) != {"keep"}
 
 
-def _scripted(budget_fraction, **kwargs):
-    model = Decoder()
+class _LayersFirst(Decoder):
+    """Its forward's first module call that takes a tensor positionally is
+    its first layer's (it is called by keyword)."""
+
+    def __init__(self):
+        super().__init__()
+        del self.embed
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)[0]
+        return self.head(x)
+
+
+class _FixedFirst(Decoder):
+    """Called by keyword, its forward's first module call takes a tensor of
+    one size whatever the batch (a learned bias made from a buffer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("position", torch.ones(1, 1, 64))
+
+    def forward(self, x):
+        return super().forward(x + self.embed(self.position))
+
+
+def _scripted(budget_fraction, model=None, **kwargs):
+    model = Decoder() if model is None else model
     probe = _ScalesWithLength(UNIT, outside=UNIT)
     ctx = actoffload.OffloadActivations(model, budget_fraction=budget_fraction, probe=probe,
                                         backend="sim", min_offload_size=1024, **kwargs)
@@ -125,21 +152,39 @@ def _batch(length, seed):
     return torch.randn(2, length, 64, generator=torch.Generator().manual_seed(seed))
 
 
-def test_after_the_warm_up_a_longer_batch_is_planned_for_from_the_next_step():
+def _by_keyword(model, x, ctx=None):
+    torch.manual_seed(7)
+
+    def forward(model, x):
+        with ctx if ctx is not None else torch.enable_grad():
+            return model(x=x)
+    return train_step(model, x, forward)
+
+
+@pytest.mark.parametrize("first_call", ["positional", "a unit", "of one size"])
+def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
     # The warm-up on 32 tokens settles a plan that recomputes (a lean
-    # steady state: the first unit's own hook sees the batch). A batch of
-    # 48 runs that plan, over the budget at its length; from the next step
-    # on, a plan made for 48 runs every batch, within the budget at 48 and
-    # below. A batch of 40 changes nothing; one of 160, where no plan fits,
-    # is warned about once, naming the least budget, and planned for that.
-    # Every step bit-identical to the same step without the budget.
-    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    # steady state). A batch of 48: where the forward's first positional
+    # call is the model's (as a Hugging Face model's embedding gets
+    # input_ids), the forward runs a plan made for 48, within the budget;
+    # where it is the first unit's, or takes a tensor of one size whatever
+    # the batch (then the first unit's input tells), the batch runs the
+    # plan for 32 (over the budget at 48) and the next forward the one for
+    # 48. From then on
+    # every batch, 48 and shorter, is within the budget; one of 40 changes
+    # nothing; one of 160, where no plan fits, is warned about once,
+    # naming the least budget, and planned for that. Every step
+    # bit-identical to the same step without the budget.
+    positional = first_call == "positional"  # else called by keyword
+    model = {"positional": Decoder, "a unit": _LayersFirst, "of one size": _FixedFirst}
+    model, ctx, probe = _scripted(0.8, model[first_call](), allow_offload=False)
     joint = ctx.joint_budget
     seed = iter(range(10 ** 6))
+    run = seeded_step if positional else _by_keyword
 
     def step(length):
         x = _batch(length, next(seed))
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        assert_identical(run(model, x), run(model, x, ctx))
         return probe.peak()
 
     with warnings.catch_warnings():
@@ -148,11 +193,10 @@ def test_after_the_warm_up_a_longer_batch_is_planned_for_from_the_next_step():
             step(32)
         profiled = joint.plan
         assert step(32) <= joint.budget_bytes
-        assert step(48) > joint.budget_bytes  # planned for 32
+        assert (step(48) <= joint.budget_bytes) == positional
         for length in (48, 32, 48, 40):
             assert step(length) <= joint.budget_bytes, length
         longer = joint.plan
-        assert joint.unit_choices(longer) != joint.unit_choices(profiled)
         assert joint.unit_choices(longer).count("recompute") > \
             joint.unit_choices(profiled).count("recompute")
         assert joint.lean()  # the steady state ran without the engine
@@ -173,8 +217,9 @@ def test_after_the_warm_up_a_longer_batch_is_planned_for_from_the_next_step():
 def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # Offloading allowed: the steady state keeps the engine and its unit
     # hooks; the plan for a batch of 48 is the one the race makes for it
-    # (its predicted peak, at 48, within the budget), in force from the
-    # next step with the engine's loop made anew. Steps bit-identical.
+    # (its predicted peak, at 48, within the budget), in force from that
+    # batch's forward on, with the engine's loop made anew before its first
+    # unit. Steps bit-identical.
     model, ctx, probe = _scripted(0.75)
     joint = ctx.joint_budget
     probe.peak = lambda: (ScriptedProbe.peak(probe) if joint.plan is None else
@@ -189,9 +234,14 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
         assert not joint.measuring and not joint.lean()
         assert "offload" in joint.plan["choice"], joint.plan["choice"]
         loop = ctx.offloader
+        pushed = _common.pushes(loop)
         for it, length in enumerate((48, 48, 32, 48)):
             x = _batch(length, 1000 + it)
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+            if it == 0:  # the first batch of 48 went to the new loop alone
+                assert ctx.offloader is not loop
+                assert _common.offloaded(ctx.offloader) > 0
+                assert _common.pushes(loop) == pushed
     planned = joint._race.for_length(1.5)
     assert joint.plan["choice"] == planned["choice"]
     assert planned["needs_budget"] == 0
