@@ -7,15 +7,19 @@ engine's (_C.JointRace.for_length, engine/plan/joint_length.h: the race's
 units and the bytes beside them grown by the ratio, within the same
 budget). It serves every batch from then on.
 
-Where the batch is seen:
+Where the batch is seen (after the warm-up only):
   - at the forward's first module call that takes a tensor positionally
     (a Hugging Face model's embedding gets input_ids so, as does a
     torchtune model): a global forward pre-hook, in force from the
-    context's enter to that call. Its size against the same call's in the
-    profile gives the ratio before any unit has run, and the context sets
-    this forward up again under the new plan (OffloadActivations.
-    _plan_changed). Where that first call is a unit's own, its hooks have
-    already been read, so the plan waits for the next forward;
+    context's enter to that call. Its size against what that call took
+    for a batch of the profiled size (the first forward after the warm-up
+    tells, with the first unit's input) gives the ratio before any unit
+    has run, and the context sets this forward up again under the new
+    plan (OffloadActivations._plan_changed). Where that first call is a
+    unit's own, its hooks have already been read, so the plan waits for
+    the next forward. No such hook is put up where a unit is compiled:
+    under torch.compile a hook in force changes what dynamo traces, and a
+    model compiled whole ran other kernels (7.0010 for 7.0009: run 96);
   - at the first unit (its input's bytes against the profile's), which
     catches what the first call did not: the plan then starts with the
     next forward.
@@ -27,7 +31,7 @@ import warnings
 
 import torch
 
-from . import _common
+from . import _common, recompute
 
 
 class LongerBatches:
@@ -35,10 +39,13 @@ class LongerBatches:
 
     def __init__(self, budget):
         self.budget = budget
-        self.longest = 1.0   # the longest batch planned for, to the profiled one
+        self.longest = 1.0    # the longest batch planned for, to the profiled one
         self._pending = None  # a plan made for it, not yet in force
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
+        self._first = None    # the size the first call took in this forward
+        self._reference = None  # what it takes for a batch of the profiled size
+        self._compiled = None   # whether a unit is compiled
 
     def take_pending(self):
         """The plan made for a longer batch and not yet applied, or None."""
@@ -47,9 +54,17 @@ class LongerBatches:
 
     # --- the forward's first call -------------------------------------------------
     def watch(self, changed):
-        """At the context's enter: hooks the forward's first module call.
-        `changed()` sets the forward up again where a new plan is pending."""
+        """At the context's enter, after the warm-up: hooks the forward's
+        first module call. `changed()` sets the forward up again where a
+        new plan is pending."""
         self.unwatch()
+        self._first = None
+        if self._profiled() is None:
+            return
+        if self._compiled is None:
+            self._compiled = any(recompute.compiled(u) for u in self.budget.units)
+        if self._compiled:
+            return
         self._changed = changed
         self._handle = torch.nn.modules.module.register_module_forward_pre_hook(
             _common.eagerly(self._first_call))
@@ -64,12 +79,8 @@ class LongerBatches:
         if tensor is None or _common.in_backward():
             return None  # a call by keywords only: the next one is looked at
         self.unwatch()
-        record = self.budget._record
-        if record is not None:
-            record["first_numel"] = tensor.numel()  # the profile's, once kept
-            return None
-        reference = self._reference("first_numel")
-        if reference and self._plan(tensor.numel() / reference):
+        self._first = tensor.numel()
+        if self._reference and self._plan(self._first / self._reference):
             if any(module is unit for unit in self.budget.units):
                 return None  # its hooks are read already: from the next forward
             self._changed()
@@ -77,23 +88,27 @@ class LongerBatches:
 
     # --- the first unit -----------------------------------------------------------
     def at_first_unit(self, args, kwargs):
-        """The first unit begins, not measured: its input against the profile's."""
+        """The first unit begins, after the warm-up: its input against the
+        profile's (and, the first time, what the first call took for a
+        batch of the profiled size)."""
         tensor = next((t for t in list(args) + list(kwargs.values())
                        if isinstance(t, torch.Tensor)), None)
-        reference = self._reference("input")
-        if tensor is not None and reference:
-            self._plan(tensor.numel() * tensor.element_size() / reference)
+        profiled = self._profiled()
+        if tensor is None or not profiled:
+            return
+        ratio = tensor.numel() * tensor.element_size() / profiled
+        if self._reference is None and self._first:
+            self._reference = self._first / ratio
+        self._plan(ratio)
 
     # --- planning -----------------------------------------------------------------
-    def _reference(self, key):
-        """The profile's figure `key` (its first unit's for "input"), or
-        None before the warm-up's end."""
+    def _profiled(self):
+        """The first unit's input bytes in the profile, or None before the
+        warm-up's end."""
         budget = self.budget
         if budget._race is None or not budget._profiles or budget.measuring:
             return None
-        figure = budget._profiles[0].get(key)
-        return figure[0] if key == "input" else figure
-
+        return budget._profiles[0]["input"][0]
     def _plan(self, ratio):
         """Plans for a batch `ratio` times the profiled one's size if it is
         the longest yet; whether a plan of other choices is now pending."""

@@ -8,10 +8,11 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.modules.module as module_hooks
 
 import actoffload
 from actoffload import _common
-from budget_testing import UNIT, Decoder, ScriptedProbe, make, seeded_step
+from budget_testing import UNIT, Decoder, ScriptedProbe, compile_layers, make, seeded_step
 from models import assert_identical, train_step
 
 
@@ -138,6 +139,12 @@ class _FixedFirst(Decoder):
         return super().forward(x + self.embed(self.position))
 
 
+def _compiled_decoder():
+    model = Decoder()
+    compile_layers(model)
+    return model
+
+
 def _scripted(budget_fraction, model=None, **kwargs):
     model = Decoder() if model is None else model
     probe = _ScalesWithLength(UNIT, outside=UNIT)
@@ -161,26 +168,31 @@ def _by_keyword(model, x, ctx=None):
     return train_step(model, x, forward)
 
 
-@pytest.mark.parametrize("first_call", ["positional", "a unit", "of one size"])
+@pytest.mark.parametrize("first_call", ["positional", "a unit", "of one size", "compiled"])
 def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
     # The warm-up on 32 tokens settles a plan that recomputes (a lean
     # steady state). A batch of 48: where the forward's first positional
     # call is the model's (as a Hugging Face model's embedding gets
     # input_ids), the forward runs a plan made for 48, within the budget;
     # where it is the first unit's, or takes a tensor of one size whatever
-    # the batch (then the first unit's input tells), the batch runs the
-    # plan for 32 (over the budget at 48) and the next forward the one for
-    # 48. From then on
+    # the batch (then the first unit's input tells), or the layers are
+    # compiled (no global hook is put up: it would change what dynamo
+    # traces), the batch runs the plan for 32 (over the budget at 48) and
+    # the next forward the one for 48. From then on
     # every batch, 48 and shorter, is within the budget; one of 40 changes
     # nothing; one of 160, where no plan fits, is warned about once,
     # naming the least budget, and planned for that. Every step
     # bit-identical to the same step without the budget.
     positional = first_call == "positional"  # else called by keyword
-    model = {"positional": Decoder, "a unit": _LayersFirst, "of one size": _FixedFirst}
-    model, ctx, probe = _scripted(0.8, model[first_call](), allow_offload=False)
+    model = {"positional": Decoder, "a unit": _LayersFirst, "of one size": _FixedFirst,
+             "compiled": _compiled_decoder}[first_call]()
+    model, ctx, probe = _scripted(0.8, model, allow_offload=False)
     joint = ctx.joint_budget
     seed = iter(range(10 ** 6))
-    run = seeded_step if positional else _by_keyword
+    run = seeded_step if first_call in ("positional", "compiled") else _by_keyword
+    hooked = []
+    model.head.register_forward_pre_hook(
+        lambda module, args: hooked.append(len(module_hooks._global_forward_pre_hooks)))
 
     def step(length):
         x = _batch(length, next(seed))
@@ -194,6 +206,7 @@ def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
         profiled = joint.plan
         assert step(32) <= joint.budget_bytes
         assert (step(48) <= joint.budget_bytes) == positional
+        assert not any(hooked)  # the first call took it off, if it was put up
         for length in (48, 32, 48, 40):
             assert step(length) <= joint.budget_bytes, length
         longer = joint.plan
@@ -233,6 +246,8 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
         assert not joint.measuring and not joint.lean()
         assert "offload" in joint.plan["choice"], joint.plan["choice"]
+        x = _batch(32, 999)  # the first forward after the warm-up
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
         loop = ctx.offloader
         pushed = _common.pushes(loop)
         for it, length in enumerate((48, 48, 32, 48)):
