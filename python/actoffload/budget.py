@@ -65,18 +65,9 @@ import warnings
 import torch
 
 from . import _common, budget_lengths, budget_profile, recompute
+from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
 from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
 
-# Names of the attention and MLP blocks inside a decoder layer (Hugging Face
-# Llama, Qwen2, Qwen2-MoE, Mistral; GPT-2; Bloom and Falcon's self_attention;
-# torchtune).
-_BLOCK_NAMES = ("self_attn", "self_attention", "attn", "attention", "mlp",
-                "block_sparse_moe", "feed_forward", "ffn")
-# A layer is split into its named blocks only where they hold at least this
-# share of its parameters. Elsewhere the rest would be glue, which the plan
-# can neither offload nor recompute: OPT's MLP is two Linear children of the
-# layer and no module of its own, so its blocks would be its attention alone.
-_BLOCKS_COVER = 0.9
 # The race's options (engine/plan/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
 # RUNS_PER_CANDIDATE times (measured step and peak), then the fastest that
@@ -114,55 +105,6 @@ SHAPE_PATIENCE = 8
 # no saved-tensor hooks (each saved tensor would cross into the engine and
 # back for nothing), no unit hooks; only its recomputed units' wrappers.
 LEAN = True
-
-
-def find_units(layers, granularity):
-    """The units, in forward order: the layers themselves ("layer"), or each
-    layer's attention and MLP blocks ("block"; a layer without them, or
-    whose blocks hold less than _BLOCKS_COVER of its parameters, is its own
-    unit)."""
-    if granularity == "layer":
-        return list(layers)
-    if granularity != "block":
-        raise ValueError(f"granularity must be 'layer' or 'block', got {granularity!r}")
-    units = []
-    for layer in layers:
-        blocks = [child for name, child in layer.named_children()
-                  if name in _BLOCK_NAMES]
-        total = _parameter_count(layer)
-        covered = sum(_parameter_count(block) for block in blocks)
-        units.extend(blocks if blocks and covered >= _BLOCKS_COVER * total else [layer])
-    return units
-
-
-def _parameter_count(module):
-    return sum(p.numel() for p in module.parameters())
-
-
-# The plan's choices whose units the engine offloads.
-_OFFLOADED = ("offload", "selective-offload")
-
-
-def schedule_for(plan, index):
-    """The schedule table (SPEC §4.2) of the units' engine layers, as the
-    plan's model moves them; index[u] is unit u's place in the plan (glue
-    and the head are its other units). An offloaded unit is released when
-    the unit that needs its room begins its forward, and reloaded when the
-    backward of the unit the model reloads it beside begins. Glue and the
-    head have no steps of their own in the engine: a release the model
-    makes during them comes as the next unit begins (the last, for the
-    head), a reload as the backward of the unit before them begins."""
-    n = len(index)
-    table = {}
-    for unit, place in enumerate(index):
-        if plan["choice"][place] not in _OFFLOADED:
-            continue
-        during = plan["released_during"][place]
-        release = next((u for u, q in enumerate(index) if q >= during), n - 1) + 1
-        during = plan["reloaded_during"][place]
-        beside = next((u for u in reversed(range(n)) if index[u] <= during), 0)
-        table[unit] = (True, min(release, n), False, max(n - beside, 1))
-    return table
 
 
 class JointBudget:
@@ -308,7 +250,7 @@ class JointBudget:
         """After begin_forward: whether this forward needs nothing of the
         engine (LEAN): not measured, and the plan offloads no unit."""
         return (LEAN and self.plan is not None and self._record is None
-                and not any(c in _OFFLOADED for c in self.plan["choice"]))
+                and not any(c in OFFLOADED for c in self.plan["choice"]))
 
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the
@@ -632,9 +574,3 @@ def _buffers_changed(before, unit):
 
 def _bytes(tensor):
     return tensor.numel() * tensor.element_size()
-
-
-def warn_unplanned(budget):
-    if budget.plan is None and budget.iteration > 1:
-        warnings.warn("actoffload: no budget plan yet: the profile iteration's "
-                      "backward has not ended", stacklevel=3)
