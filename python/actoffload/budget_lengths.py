@@ -27,6 +27,7 @@ Where no plan fits the budget at that size, a warning names the least
 budget that does, and the plan for it runs.
 """
 
+import threading
 import warnings
 
 import torch
@@ -43,6 +44,7 @@ class LongerBatches:
         self._pending = None  # a plan made for it, not yet in force
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
+        self._thread = None   # the thread whose forward the hook waits for
         self._first = None    # the size the first call took in this forward
         self._reference = None  # what it takes for a batch of the profiled size
         self._compiled = None   # whether a unit is compiled
@@ -66,6 +68,7 @@ class LongerBatches:
         if self._compiled:
             return
         self._changed = changed
+        self._thread = threading.get_ident()
         self._handle = torch.nn.modules.module.register_module_forward_pre_hook(
             _common.eagerly(self._first_call))
 
@@ -75,6 +78,8 @@ class LongerBatches:
             self._handle = None
 
     def _first_call(self, module, args):
+        if threading.get_ident() != self._thread:
+            return None  # a global hook: another thread's module (an evaluation's)
         tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if tensor is None or _common.in_backward():
             return None  # a call by keywords only: the next one is looked at
@@ -124,7 +129,7 @@ class LongerBatches:
                 "that least budget", stacklevel=4)
         if plan["choice"] == self.budget.plan["choice"]:
             self._pending = None
-            self.budget.plan = plan
+            self.budget._apply(plan)  # the same choices: only its figures change
             return False
         self._pending = plan
         return True

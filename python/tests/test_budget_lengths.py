@@ -2,8 +2,9 @@
 padding feeds them, on the CPU and the simulated GPU with a scripted probe:
 the profile and the race measure batches of one length (SHAPE_PATIENCE);
 after the warm-up, a batch longer than any before has a plan made for its
-length (JointBudget.batch_begins)."""
+length (budget_lengths.LongerBatches)."""
 
+import threading
 import warnings
 
 import pytest
@@ -264,3 +265,36 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # One unit more offloaded than at 32 tokens; the engine's loop made anew.
     assert planned["choice"].count("offload") > joint._race.plan["choice"].count("offload")
     assert ctx.offloader is not loop
+
+
+def test_another_threads_module_call_is_not_taken_for_the_batch():
+    # The first-call hook is global: a module another thread runs meanwhile
+    # (an evaluation) is not this forward's first call. Here its batch is
+    # 15 times the profiled one; the forward's own, 32 tokens, plans nothing.
+    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    joint = ctx.joint_budget
+    it, steady = 0, 0
+    while steady < 2:  # the warm-up, and forwards after it: the first call's reference
+        steady += not joint.measuring
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    assert joint.lengths._reference  # the hook is up in the next forward
+    plan = joint.plan
+    other = torch.nn.Linear(64, 64)
+    x = _batch(32, it)
+    reference = seeded_step(model, x)
+    torch.manual_seed(7)
+    for p in model.parameters():
+        p.grad = None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        with ctx:
+            thread = threading.Thread(target=lambda: other(_batch(480, 0)))
+            thread.start()
+            thread.join()
+            out = model(x)
+        loss = (out.float() ** 2).mean()
+        loss.backward()
+    assert_identical(reference, (loss.detach(), [p.grad for p in model.parameters()]))
+    assert joint.lengths.longest == 1.0 and joint.plan is plan
