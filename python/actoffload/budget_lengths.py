@@ -58,7 +58,8 @@ class LongerBatches:
     def watch(self, changed):
         """At the context's enter, after the warm-up: hooks the forward's
         first module call. `changed()` sets the forward up again where a
-        new plan is pending."""
+        new plan is pending, and says whether it could (else the plan
+        stays pending for the next forward)."""
         self.unwatch()
         self._first = None
         if self._profiled() is None:
@@ -88,7 +89,7 @@ class LongerBatches:
         if self._reference and self._plan(self._first / self._reference):
             if any(module is unit for unit in self.budget.units):
                 return None  # its hooks are read already: from the next forward
-            self._changed()
+            self._changed()  # (or, where it cannot set the forward up again, the next)
         return None
 
     # --- the first unit -----------------------------------------------------------

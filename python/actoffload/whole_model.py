@@ -330,10 +330,17 @@ class OffloadActivations:
     def _plan_changed(self):
         """A batch longer than any before it, seen before any unit began
         (budget_lengths.LongerBatches): this forward runs the plan made
-        for it, under the hooks that plan needs."""
+        for it, under the hooks that plan needs; returns whether it does.
+        Not where the engine's saved-tensor hooks are in force for the
+        whole forward (torch < 2.8): hooks someone pushed since the enter
+        would be popped in their place. The plan then waits for the next
+        forward."""
+        if self._hooks is not None:
+            return False
         self._take_down_forward(None, None, None)
         self._joint.apply_pending()
         self._set_up_forward()
+        return True
 
     def __exit__(self, exc_type, exc, tb):
         self._active = False

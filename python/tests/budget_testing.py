@@ -3,6 +3,8 @@ test_budget_loops.py): a scripted memory probe (CPU tensors have no
 allocator counters), a small decoder named as Hugging Face names its
 blocks, and a budget made with both."""
 
+import contextlib
+
 import torch
 import torch.utils.checkpoint
 import torch.nn.functional as F
@@ -209,11 +211,13 @@ def forced_plan(budget, choices):
     return plan
 
 
-def seeded_step(model, x, ctx=None):
+def seeded_step(model, x, ctx=None, inner=None):
+    """One step, inside `ctx` where given, and inside `inner()` (a caller's
+    own context) within it where given."""
     torch.manual_seed(7)  # the same dropout masks in every step
 
     def forward(model, x):
-        with ctx:
+        with ctx, (inner() if inner is not None else contextlib.nullcontext()):
             return model(x)
     return train_step(model, x, None if ctx is None else forward)
 

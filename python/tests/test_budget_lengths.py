@@ -156,6 +156,13 @@ def _scripted(budget_fraction, model=None, **kwargs):
     return model, ctx, probe
 
 
+def _peaks_as_planned(probe, joint):
+    """Once planned, `probe` reads the plan's own predicted peak, scaled to
+    the batch (for plans that offload, which _ScalesWithLength leaves out)."""
+    probe.peak = lambda: (ScriptedProbe.peak(probe) if joint.plan is None else
+                          joint.plan["peak_bytes"] * probe.length // probe.reference)
+
+
 def _batch(length, seed):
     return torch.randn(2, length, 64, generator=torch.Generator().manual_seed(seed))
 
@@ -233,11 +240,13 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # hooks; the plan for a batch of 48 is the one the race makes for it
     # (its predicted peak, at 48, within the budget), in force from that
     # batch's forward on, with the engine's loop made anew before its first
-    # unit. Steps bit-identical.
+    # unit. Where the engine's hooks are in force for the whole forward
+    # (torch < 2.8), the plan starts with the next forward (see the test
+    # below). Steps bit-identical.
     model, ctx, probe = _scripted(0.75)
+    per_unit = _common.saved_hooks_top() is not NotImplemented
     joint = ctx.joint_budget
-    probe.peak = lambda: (ScriptedProbe.peak(probe) if joint.plan is None else
-                          joint.plan["peak_bytes"] * probe.length // probe.reference)
+    _peaks_as_planned(probe, joint)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for it in range(200):
@@ -254,10 +263,12 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
         for it, length in enumerate((48, 48, 32, 48)):
             x = _batch(length, 1000 + it)
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-            if it == 0:  # the first batch of 48 went to the new loop alone
+            if it == 0 and per_unit:  # the first batch of 48 went to the new loop alone
                 assert ctx.offloader is not loop
                 assert _common.offloaded(ctx.offloader) > 0
                 assert _common.pushes(loop) == pushed
+            elif it == 0:  # torch < 2.8: the next one
+                assert ctx.offloader is loop and _common.pushes(loop) > pushed
     planned = joint._race.for_length(1.5)
     assert joint.plan["choice"] == planned["choice"]
     assert planned["needs_budget"] == 0
@@ -298,3 +309,35 @@ def test_another_threads_module_call_is_not_taken_for_the_batch():
         loss.backward()
     assert_identical(reference, (loss.detach(), [p.grad for p in model.parameters()]))
     assert joint.lengths.longest == 1.0 and joint.plan is plan
+
+
+def test_a_longer_batch_under_the_callers_own_saved_tensor_hooks_leaves_them_in_force():
+    # A caller's saved-tensor hooks pushed inside the context (a NoOpManager,
+    # save_on_cpu) are innermost and win over the engine's. A longer batch
+    # seen at the first call must not set the forward up again by popping
+    # them in place of the engine's (torch < 2.8, where the engine's hooks
+    # are in force for the whole forward): they see every tensor the
+    # forward saves, the engine none, and the plan for 48 waits.
+    model, ctx, probe = _scripted(0.75)
+    joint = ctx.joint_budget
+    _peaks_as_planned(probe, joint)
+    it = 0
+    while joint.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    x = _batch(32, it)  # the reference for the first call
+    assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert "offload" in joint.plan["choice"]
+    packed = []
+
+    def callers():
+        return torch.autograd.graph.saved_tensors_hooks(
+            lambda t: packed.append(1) or t, lambda t: t)
+    loop = ctx.offloader
+    pushed = _common.pushes(loop)
+    x = _batch(48, it + 1)
+    assert_identical(seeded_step(model, x), seeded_step(model, x, ctx, callers))
+    assert len(packed) > 0
+    assert _common.pushes(loop) == pushed
+    assert ctx.offloader is loop or _common.pushes(ctx.offloader) == 0
