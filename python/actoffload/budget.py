@@ -249,8 +249,13 @@ class JointBudget:
     def lean(self):
         """After begin_forward: whether this forward needs nothing of the
         engine (LEAN): not measured, and the plan offloads no unit."""
-        return (LEAN and self.plan is not None and self._record is None
-                and not any(c in OFFLOADED for c in self.plan["choice"]))
+        return self.plan is not None and self._record is None and self.runs_lean(self.plan)
+
+    @staticmethod
+    def runs_lean(plan):
+        """Whether a forward of `plan` runs without the engine once settled
+        (LEAN): it offloads no unit."""
+        return LEAN and not any(c in OFFLOADED for c in plan["choice"])
 
     def _stretch_peak(self, r):
         """In the profile: the peak (above the forward's start) since the

@@ -49,6 +49,10 @@ class LongerBatches:
         self._reference = None  # what it takes for a batch of the profiled size
         self._compiled = None   # whether a unit is compiled
 
+    def pending_is_lean(self):
+        """Whether the pending plan runs without the engine (budget.LEAN)."""
+        return self._pending is not None and self.budget.runs_lean(self._pending)
+
     def take_pending(self):
         """The plan made for a longer batch and not yet applied, or None."""
         plan, self._pending = self._pending, None

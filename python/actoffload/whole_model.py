@@ -180,6 +180,7 @@ class OffloadActivations:
         self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
         self._unit_hook_fns = None  # each unit's (pre, post) module hooks
         self._batch_hook_fn = None  # the first unit's pre-hook in a lean forward
+        self._top_at_enter = None  # the saved-tensor hooks in force at the enter
         self._active = False
         self._passthrough = False
         self._lean = False  # this forward runs without the engine (JointBudget.lean)
@@ -273,6 +274,7 @@ class OffloadActivations:
                 self._active = False
                 raise
         if self._joint is not None:
+            self._top_at_enter = _common.saved_hooks_top()
             self._joint.lengths.watch(self._plan_changed)
         try:
             self._set_up_forward()
@@ -331,11 +333,18 @@ class OffloadActivations:
         """A batch longer than any before it, seen before any unit began
         (budget_lengths.LongerBatches): this forward runs the plan made
         for it, under the hooks that plan needs; returns whether it does.
-        Not where the engine's saved-tensor hooks are in force for the
-        whole forward (torch < 2.8): hooks someone pushed since the enter
-        would be popped in their place. The plan then waits for the next
-        forward."""
-        if self._hooks is not None:
+        Not where someone pushed saved-tensor hooks since the enter (a
+        NoOpManager, save_on_cpu): theirs stay innermost, and the engine's
+        set up again would take their place or sit above them. Where the
+        torch version cannot say which hooks are in force (< 2.8), only a
+        lean forward for a lean plan (wrappers, no hooks) is set up again.
+        Otherwise the plan waits for the next forward."""
+        top = _common.saved_hooks_top()
+        if top is NotImplemented:
+            if not (self._lean and self._joint.lengths.pending_is_lean()):
+                return False
+        elif (top is None) != (self._top_at_enter is None) or (
+                top is not None and top[0] is not self._top_at_enter[0]):
             return False
         self._take_down_forward(None, None, None)
         self._joint.apply_pending()
