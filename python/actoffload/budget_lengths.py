@@ -17,9 +17,10 @@ Where the batch is seen (after the warm-up only):
     has run, and the context sets this forward up again under the new
     plan (OffloadActivations._plan_changed). Where that first call is a
     unit's own, its hooks have already been read, so the plan waits for
-    the next forward. No such hook is put up where a unit is compiled:
-    under torch.compile a hook in force changes what dynamo traces, and a
-    model compiled whole ran other kernels (7.0010 for 7.0009: run 96);
+    the next forward. No such hook is put up where a unit or a module of
+    the model is compiled: under torch.compile a hook in force changes what
+    dynamo traces, and a model compiled whole ran other kernels (7.0010 for
+    7.0009: run 96);
   - at the first unit (its input's bytes against the profile's), which
     catches what the first call did not: the plan then starts with the
     next forward.
@@ -47,7 +48,7 @@ class LongerBatches:
         self._thread = None   # the thread whose forward the hook waits for
         self._first = None    # the size the first call took in this forward
         self._reference = None  # what it takes for a batch of the profiled size
-        self._compiled = None   # whether a unit is compiled
+        self._compiled = None   # whether a unit or a module of the model is compiled
 
     def pending_is_lean(self):
         """Whether the pending plan runs without the engine (budget.LEAN)."""
@@ -68,8 +69,10 @@ class LongerBatches:
         self._first = None
         if self._profiled() is None:
             return
-        if self._compiled is None:
-            self._compiled = any(recompute.compiled(u) for u in self.budget.units)
+        if self._compiled is None:  # the model's modules (where given) and the units
+            self._compiled = any(recompute.compiled(m)
+                                 for root in self.budget.owner.model_modules() + self.budget.units
+                                 for m in root.modules())
         if self._compiled:
             return
         self._changed = changed

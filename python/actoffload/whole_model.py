@@ -428,6 +428,11 @@ class OffloadActivations:
             return self._unit_hooks.in_force(index)
         return self._hooks is not None
 
+    def model_modules(self):
+        """The modules given (the model, or the layers), whose parameters
+        and buffers are never offloaded (SPEC §7.5)."""
+        return list(self._modules)
+
     def budget_plan(self):
         """The budget's plan as a table (empty before it is made): the
         joint plan of the units with a memory probe, else the engine's byte

@@ -263,13 +263,18 @@ _compiled_classes = {}
 
 
 def compile_layers(model):
-    """Each of model.layers compiled: by dynamo without inductor on torch >=
-    2, or, on torch 1.13, given what compile() leaves on a module and a
-    class whose __call__ runs it as torch >= 2's Module.__call__ does."""
+    """Each of model.layers compiled (compile_module)."""
     for layer in model.layers:
-        if hasattr(layer, "compile"):  # torch >= 2: dynamo, without inductor
-            layer.compile(backend="eager")
-        else:  # what compile() leaves on a module, and how torch >= 2 calls it
-            layer.__class__ = _compiled_classes.setdefault(
-                type(layer), type(type(layer).__name__, (_CompiledCall, type(layer)), {}))
-            layer._compiled_call_impl = layer._call_impl
+        compile_module(layer)
+
+
+def compile_module(module):
+    """`module` compiled: by dynamo without inductor on torch >= 2, or, on
+    torch 1.13, given what compile() leaves on a module and a class whose
+    __call__ runs it as torch >= 2's Module.__call__ does."""
+    if hasattr(module, "compile"):  # torch >= 2: dynamo, without inductor
+        module.compile(backend="eager")
+    else:  # what compile() leaves on a module, and how torch >= 2 calls it
+        module.__class__ = _compiled_classes.setdefault(
+            type(module), type(type(module).__name__, (_CompiledCall, type(module)), {}))
+        module._compiled_call_impl = module._call_impl

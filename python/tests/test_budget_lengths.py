@@ -13,7 +13,8 @@ import torch.nn.modules.module as module_hooks
 
 import actoffload
 from actoffload import _common
-from budget_testing import UNIT, Decoder, ScriptedProbe, compile_layers, make, seeded_step
+from budget_testing import (UNIT, Decoder, ScriptedProbe, compile_layers, compile_module, make,
+                            seeded_step)
 from models import assert_identical, train_step
 
 
@@ -146,6 +147,12 @@ def _compiled_decoder():
     return model
 
 
+def _compiled_embedding():
+    model = Decoder()
+    compile_module(model.embed)
+    return model
+
+
 def _scripted(budget_fraction, model=None, **kwargs):
     model = Decoder() if model is None else model
     probe = _ScalesWithLength(UNIT, outside=UNIT)
@@ -176,28 +183,30 @@ def _by_keyword(model, x, ctx=None):
     return train_step(model, x, forward)
 
 
-@pytest.mark.parametrize("first_call", ["positional", "a unit", "of one size", "compiled"])
+@pytest.mark.parametrize("first_call", ["positional", "a unit", "of one size", "compiled",
+                                        "compiled embedding"])
 def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
     # The warm-up on 32 tokens settles a plan that recomputes (a lean
     # steady state). A batch of 48: where the forward's first positional
     # call is the model's (as a Hugging Face model's embedding gets
     # input_ids), the forward runs a plan made for 48, within the budget;
     # where it is the first unit's, or takes a tensor of one size whatever
-    # the batch (then the first unit's input tells), or the layers are
-    # compiled (no global hook is put up: it would change what dynamo
-    # traces), the batch runs the plan for 32 (over the budget at 48) and
+    # the batch (then the first unit's input tells), or the layers or
+    # another module of the model are compiled (no global hook is put up:
+    # it would change what dynamo traces), the batch runs the plan for 32 (over the budget at 48) and
     # the next forward the one for 48. From then on
     # every batch, 48 and shorter, is within the budget; one of 40 changes
     # nothing; one of 160, where no plan fits, is warned about once,
     # naming the least budget, and planned for that. Every step
     # bit-identical to the same step without the budget.
-    positional = first_call == "positional"  # else called by keyword
+    at_once = first_call == "positional"  # the plan for 48 in its own forward
     model = {"positional": Decoder, "a unit": _LayersFirst, "of one size": _FixedFirst,
-             "compiled": _compiled_decoder}[first_call]()
+             "compiled": _compiled_decoder, "compiled embedding": _compiled_embedding,
+             }[first_call]()
     model, ctx, probe = _scripted(0.8, model, allow_offload=False)
     joint = ctx.joint_budget
     seed = iter(range(10 ** 6))
-    run = seeded_step if first_call in ("positional", "compiled") else _by_keyword
+    run = _by_keyword if first_call in ("a unit", "of one size") else seeded_step
     hooked = []
     model.head.register_forward_pre_hook(
         lambda module, args: hooked.append(len(module_hooks._global_forward_pre_hooks)))
@@ -213,7 +222,7 @@ def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
             step(32)
         profiled = joint.plan
         assert step(32) <= joint.budget_bytes
-        assert (step(48) <= joint.budget_bytes) == positional
+        assert (step(48) <= joint.budget_bytes) == at_once
         assert not any(hooked)  # the first call took it off, if it was put up
         for length in (48, 32, 48, 40):
             assert step(length) <= joint.budget_bytes, length
