@@ -122,6 +122,7 @@ class LongerBatches:
         if budget._race is None or not budget._profiles or budget.measuring:
             return None
         return budget._profiles[0]["input"][0]
+
     def _plan(self, ratio):
         """Plans for a batch `ratio` times the profiled one's size if it is
         the longest yet; whether a plan of other choices is now pending."""
