@@ -129,7 +129,12 @@ class LongerBatches:
         if ratio <= self.longest:
             return False
         self.longest = ratio
-        plan = self.budget._race.for_length(ratio)
+        try:
+            plan = self.budget._race.for_length(ratio)
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
+                          f"one's size ({error}); the plan in force runs", stacklevel=4)
+            return False
         if plan["needs_budget"]:
             warnings.warn(
                 f"actoffload: a batch {ratio:.2f} times the profiled one's size needs a "

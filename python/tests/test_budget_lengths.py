@@ -350,3 +350,30 @@ def test_a_longer_batch_under_the_callers_own_saved_tensor_hooks_leaves_them_in_
     assert len(packed) > 0
     assert _common.pushes(loop) == pushed
     assert ctx.offloader is loop or _common.pushes(ctx.offloader) == 0
+
+
+def test_a_longer_batch_the_engine_cannot_plan_for_is_warned_about_and_runs():
+    # Should the engine's planner fail for a longer batch (an OffloadError),
+    # the forward does not: a warning says so and the plan in force runs.
+    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    joint = ctx.joint_budget
+    it = 0
+    while joint.measuring or it < 1:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+
+    class Failing:
+        def __init__(self, race):
+            self.race = race
+
+        def __getattr__(self, name):
+            return getattr(self.race, name)
+
+        def for_length(self, ratio):
+            raise _common.ext().OffloadError("planned to fail")
+    joint._race, plan = Failing(joint._race), joint.plan
+    x = _batch(48, it)
+    with pytest.warns(UserWarning, match="no plan for a batch 1.50 times .*planned to fail"):
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert joint.plan is plan
