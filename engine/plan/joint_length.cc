@@ -45,8 +45,8 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   p.h2d_gbps = race.h2d_gbps();
   p.allow_offload = race.allow_offload();
   p.allow_recompute = race.allow_recompute();
-  const int64_t grown = Scaled(race.outside(), ratio) - race.outside();
-  p.budget = race.units_budget() - grown;
+  const int64_t outside = Scaled(race.outside(), ratio);  // beside the units
+  p.budget = race.units_budget() - (outside - race.outside());
   if (p.budget > 0) {
     if (StatusOr<JointPlan> same = EvaluateJoint(p, race.plan().choice);
         same.ok()) {
@@ -65,8 +65,7 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   if (!plan.ok()) return plan.status();
   out.plan = *std::move(plan);
   out.needs_budget = static_cast<int64_t>(std::ceil(
-      static_cast<double>(*least + Scaled(race.outside(), ratio)) /
-      (1 - race.options().margin)));
+      static_cast<double>(*least + outside) / (1 - race.options().margin)));
   return out;
 }
 

@@ -277,6 +277,17 @@ class _LayerEnd:
         self.loop.backward_step(self.ref, self.layer)
 
 
+def first_tensor(args, kwargs=None):
+    """The first tensor among a call's positional arguments, then its
+    keyword arguments' values, or None."""
+    items = list(args) + (list(kwargs.values()) if kwargs else [])
+    return next((t for t in items if isinstance(t, torch.Tensor)), None)
+
+
+def tensor_bytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
 def first_grad_tensor(output):
     """The first tensor that requires grad in a layer's output: a tensor, a
     tuple or list (Hugging Face layers), or a mapping's values."""
@@ -308,6 +319,14 @@ def saved_hooks_top():
     return NotImplemented if top is None else top(True)
 
 
+def nobody_pushed_since(outer):
+    """Whether the saved-tensor hooks in force are still `outer` (what
+    saved_hooks_top() gave earlier; None: none), the pack hook compared.
+    REQUIRES: the torch version can say (saved_hooks_top)."""
+    top = saved_hooks_top()
+    return top is None if outer is None else (top is not None and top[0] is outer[0])
+
+
 class UnitHooks:
     """The engine's saved-tensor hooks, in force only inside the units the
     engine offloads (whole_model.py: a budget's plan, TE's schedule of
@@ -335,10 +354,7 @@ class UnitHooks:
         return top is not None and top[0] is self.pushed[-1][1].pack_hook
 
     def unit_begins(self, index, compiled=False):
-        top = saved_hooks_top()
-        nobody_pushed = top is None if self.outer is None else (
-            top is not None and top[0] is self.outer[0])
-        if nobody_pushed:
+        if nobody_pushed_since(self.outer):
             hooks = self.compiled_hooks if compiled else self.hooks
             hooks.__enter__()
             self.pushed.append((index, hooks))

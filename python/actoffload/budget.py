@@ -275,8 +275,8 @@ class JointBudget:
             return
         self._stretch_peak(r)
         r["before"][index] = self.probe.allocated()
-        tensor = _first_tensor(list(args) + list(kwargs.values()))
-        r["input"][index] = _bytes(tensor) if tensor is not None else 0
+        tensor = _common.first_tensor(args, kwargs)
+        r["input"][index] = _common.tensor_bytes(tensor) if tensor is not None else 0
         r["fwd"][index] = self._clock.mark()
         # (Inference tensors have no version counter, and cannot be
         # modified outside inference mode; but no checkpoint can save one.)
@@ -554,13 +554,6 @@ class _BackwardBegins:
         self.budget.backward_begins(self.record, self.index)
 
 
-def _first_tensor(items):
-    for item in items:
-        if isinstance(item, torch.Tensor):
-            return item
-    return None
-
-
 def _buffer_versions(unit):
     """(name, buffer, version) of each of `unit`'s buffers (an inference
     tensor has no version, and cannot be changed outside inference mode)."""
@@ -575,7 +568,3 @@ def _buffers_changed(before, unit):
     return len(now) != len(before) or any(
         n0 != n1 or b0 is not b1 or v0 != v1
         for (n0, b0, v0), (n1, b1, v1) in zip(before, now))
-
-
-def _bytes(tensor):
-    return tensor.numel() * tensor.element_size()

@@ -88,7 +88,7 @@ class LongerBatches:
     def _first_call(self, module, args):
         if threading.get_ident() != self._thread:
             return None  # a global hook: another thread's module (an evaluation's)
-        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        tensor = _common.first_tensor(args)
         if tensor is None or _common.in_backward():
             return None  # a call by keywords only: the next one is looked at
         self.unwatch()
@@ -104,12 +104,11 @@ class LongerBatches:
         """The first unit begins, after the warm-up: its input against the
         profile's (and, the first time, what the first call took for a
         batch of the profiled size)."""
-        tensor = next((t for t in list(args) + list(kwargs.values())
-                       if isinstance(t, torch.Tensor)), None)
+        tensor = _common.first_tensor(args, kwargs)
         profiled = self._profiled()
         if tensor is None or not profiled:
             return
-        ratio = tensor.numel() * tensor.element_size() / profiled
+        ratio = _common.tensor_bytes(tensor) / profiled
         if self._reference is None and self._first:
             self._reference = self._first / ratio
         self._plan(ratio)

@@ -339,12 +339,10 @@ class OffloadActivations:
         torch version cannot say which hooks are in force (< 2.8), only a
         lean forward for a lean plan (wrappers, no hooks) is set up again.
         Otherwise the plan waits for the next forward."""
-        top = _common.saved_hooks_top()
-        if top is NotImplemented:
+        if self._top_at_enter is NotImplemented:
             if not (self._lean and self._joint.lengths.pending_is_lean()):
                 return False
-        elif (top is None) != (self._top_at_enter is None) or (
-                top is not None and top[0] is not self._top_at_enter[0]):
+        elif not _common.nobody_pushed_since(self._top_at_enter):
             return False
         self._take_down_forward(None, None, None)
         self._joint.apply_pending()
