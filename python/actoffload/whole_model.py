@@ -218,7 +218,7 @@ class OffloadActivations:
 
     def _batch_hook(self):
         """A lean forward's only hook, on the first unit: the budget sees
-        the batch's size (JointBudget.batch_begins)."""
+        the batch's size (budget_lengths.LongerBatches.at_first_unit)."""
         def hook(module, args, kwargs=None):
             if torch.is_grad_enabled() and not _common.in_backward():
                 self._joint.lengths.at_first_unit(args, kwargs or {})
