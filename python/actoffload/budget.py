@@ -139,6 +139,8 @@ class JointBudget:
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
         self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
+        self._interim = None  # (plan, loop) of the race's, while a longer batch runs its own
+        self._interim_loop = None  # (choice, loop): the engine's loop for those batches
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -221,12 +223,18 @@ class JointBudget:
         if self.refusal is not None:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
+        self._end_interim()
         self.apply_pending()
         self.iteration += 1
         if not self.measuring:
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
+            if self._interim_loop is not None:
+                self._retired.append(self._interim_loop[1])
+                self._interim_loop = None
+            self.lengths.warm_up_ended()  # the longest batch the race saw
+            self.apply_pending()
             self._record = None
             return
         if self._clock is None:
@@ -269,9 +277,9 @@ class JointBudget:
 
     def unit_begins(self, index, args, kwargs):
         r = self._record
+        if index == 0:
+            self.lengths.at_first_unit(args, kwargs)
         if r is None:
-            if index == 0:
-                self.lengths.at_first_unit(args, kwargs)
             return
         self._stretch_peak(r)
         r["before"][index] = self.probe.allocated()
@@ -352,8 +360,10 @@ class JointBudget:
                     return  # the next iteration profiles the next kind
             self._make_profile(*self._profiles)
             self._start_race()
-        elif other_shape and self._other_shapes < WARMUP_ITERATIONS:
-            self._other_shapes += 1  # its plan ran; the race waits for a like batch
+        elif record.get("for_one") or (other_shape and self._other_shapes < WARMUP_ITERATIONS):
+            # A plan made for this batch alone ran (_begin_interim), or the
+            # race's on another length: the race waits for a like batch.
+            self._other_shapes += 1
         elif self.plan is not None:
             step = self._clock.ns(record["start"], record["end"])
             warning = self._race.measured(step, record["peak"])
@@ -439,11 +449,38 @@ class JointBudget:
 
     def apply_pending(self):
         """Puts a plan made for a longer batch in force (budget_lengths)."""
-        plan = self.lengths.take_pending()
-        if plan is not None:
+        plan, for_one = self.lengths.take_pending()
+        if plan is None:
+            return
+        if for_one:
+            self._begin_interim(plan)
+        else:
             self._apply(plan)
 
+    def _begin_interim(self, plan):
+        """In the race, before the forward's first unit: `plan`, made for
+        this forward's longer batch, runs it alone, not measured. The
+        race's plan and its engine loop come back at the next forward
+        (_end_interim): the same loop, whose host buffers are made, so the
+        race's timings of it are not disturbed."""
+        self._interim = (self.plan, self.owner.offloader)
+        self._record["for_one"] = True
+        self.plan = plan
+        choice = tuple(plan["choice"])
+        if self._interim_loop is None or self._interim_loop[0] != choice:
+            if self._interim_loop is not None:
+                self._retired.append(self._interim_loop[1])
+            self._interim_loop = (choice, self.make_loop(schedule_for(plan, self._index)))
+        self.owner.offloader = self._interim_loop[1]
+
+    def _end_interim(self):
+        """The race's plan and loop, in force again after a longer batch's."""
+        if self._interim is not None:
+            self.plan, self.owner.offloader = self._interim
+            self._interim = None
+
     def _apply(self, plan):
+        self._end_interim()  # (a forward of a plan for one batch may be in flight)
         if self.plan is not None and plan["choice"] == self.plan["choice"]:
             self.plan = plan
             return

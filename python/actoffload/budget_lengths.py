@@ -1,29 +1,35 @@
 """The memory budget on batches longer than the one it profiled (SPEC §7.8).
 
 Dynamic padding feeds batches of many lengths; the budget's profile and
-race measure the first one's (budget.SHAPE_PATIENCE). After the warm-up, a
-batch longer than every earlier one gets a plan made for its size: the
-engine's (_C.JointRace.for_length, engine/plan/joint_length.h: the race's
-units and the bytes beside them grown by the ratio, within the same
-budget). It serves every batch from then on.
+race measure the first one's (budget.SHAPE_PATIENCE). A longer batch gets
+a plan made for its size: the engine's (_C.JointRace.for_length,
+engine/plan/joint_length.h: the race's units and the bytes beside them
+grown by the ratio, within the same budget).
+  - In the race (the warm-up after the profile), for that batch alone:
+    the race's plan and its engine loop come back at the next forward,
+    and the batch is not one of the race's measurements. The warm-up's
+    end plans for the longest batch it saw.
+  - After the warm-up, for a batch longer than every earlier one: the
+    plan serves every batch from then on.
 
-Where the batch is seen (after the warm-up only):
+Where the batch is seen (from the race's start):
   - at the forward's first module call that takes a tensor positionally
     (a Hugging Face model's embedding gets input_ids so, as does a
     torchtune model): a global forward pre-hook, in force from the
     context's enter to that call. Its size against what that call took
-    for a batch of the profiled size (the first forward after the warm-up
-    tells, with the first unit's input) gives the ratio before any unit
-    has run, and the context sets this forward up again under the new
-    plan (OffloadActivations._plan_changed). Where that first call is a
-    unit's own, its hooks have already been read, so the plan waits for
-    the next forward. No such hook is put up where a unit or a module of
-    the model is compiled: under torch.compile a hook in force changes what
-    dynamo traces, and a model compiled whole ran other kernels (7.0010 for
-    7.0009: run 96);
+    for a batch of the profiled size (read at the first unit, and checked
+    there at every forward: a call that does not grow with the batch is
+    not hooked again) gives the ratio before any unit has run, and the
+    context sets this forward up again under the new plan
+    (OffloadActivations._plan_changed). Where that first call is a
+    unit's own, its hooks have already been read. No such hook is put
+    up where a unit or a module of the model is compiled: under
+    torch.compile a hook in force changes what dynamo traces, and a
+    model compiled whole ran other kernels (7.0010 for 7.0009: run 96);
   - at the first unit (its input's bytes against the profile's), which
-    catches what the first call did not: the plan then starts with the
-    next forward.
+    catches what the first call did not: after the warm-up, the plan
+    then starts with the next forward; in the race, the batch runs the
+    race's plan, and counts for the warm-up's end.
 Where no plan fits the budget at that size, a warning names the least
 budget that does, and the plan for it runs.
 """
@@ -41,13 +47,18 @@ class LongerBatches:
 
     def __init__(self, budget):
         self.budget = budget
-        self.longest = 1.0    # the longest batch planned for, to the profiled one
+        self.longest = 1.0    # the longest batch planned for after the warm-up, to the profiled one
+        self.seen = 1.0       # the longest batch the race saw
         self._pending = None  # a plan made for it, not yet in force
+        self._for_one = False  # whether the pending plan is for this forward alone (the race)
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
         self._thread = None   # the thread whose forward the hook waits for
         self._first = None    # the size the first call took in this forward
-        self._reference = None  # what it takes for a batch of the profiled size
+        # What the first call takes for a batch of the profiled size: None
+        # until the first unit tells; False where the first call does not
+        # grow with the batch (it is not hooked again).
+        self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
 
     def pending_is_lean(self):
@@ -55,19 +66,20 @@ class LongerBatches:
         return self._pending is not None and self.budget.runs_lean(self._pending)
 
     def take_pending(self):
-        """The plan made for a longer batch and not yet applied, or None."""
+        """(plan, for this forward alone): the plan made for a longer batch
+        and not yet applied, or (None, False)."""
         plan, self._pending = self._pending, None
-        return plan
+        return plan, self._for_one
 
     # --- the forward's first call -------------------------------------------------
     def watch(self, changed):
-        """At the context's enter, after the warm-up: hooks the forward's
-        first module call. `changed()` sets the forward up again where a
-        new plan is pending, and says whether it could (else the plan
-        stays pending for the next forward)."""
+        """At the context's enter, from the race's start: hooks the
+        forward's first module call. `changed()` sets the forward up again
+        where a new plan is pending, and says whether it could (else, after
+        the warm-up, the plan stays pending for the next forward)."""
         self.unwatch()
         self._first = None
-        if self._profiled() is None:
+        if self._profiled() is None or self._reference is False:
             return
         if self._compiled is None:  # the model's modules (where given) and the units
             self._compiled = any(recompute.compiled(m)
@@ -93,56 +105,97 @@ class LongerBatches:
             return None  # a call by keywords only: the next one is looked at
         self.unwatch()
         self._first = tensor.numel()
-        if self._reference and self._plan(self._first / self._reference):
-            if any(module is unit for unit in self.budget.units):
-                return None  # its hooks are read already: from the next forward
-            self._changed()  # (or, where it cannot set the forward up again, the next)
+        if not self._reference:
+            return None
+        ratio = self._first / self._reference
+        racing = self.budget.measuring
+        if not (self._plan_for_one(ratio) if racing else self._plan(ratio)):
+            return None
+        if any(module is unit for unit in self.budget.units) or not self._changed():
+            # Its hooks are read already, or the forward cannot be set up
+            # again: after the warm-up, from the next forward; in the race, not.
+            if racing:
+                self._pending = None
         return None
 
     # --- the first unit -----------------------------------------------------------
     def at_first_unit(self, args, kwargs):
-        """The first unit begins, after the warm-up: its input against the
-        profile's (and, the first time, what the first call took for a
-        batch of the profiled size)."""
+        """The first unit begins, from the race's start: its input against
+        the profile's, and against what the first call took."""
         tensor = _common.first_tensor(args, kwargs)
         profiled = self._profiled()
         if tensor is None or not profiled:
             return
         ratio = _common.tensor_bytes(tensor) / profiled
-        if self._reference is None and self._first:
-            self._reference = self._first / ratio
-        self._plan(ratio)
+        if self._first and self._reference is not False:
+            reference = self._first / ratio
+            if self._reference is None:
+                self._reference = reference
+            elif abs(reference - self._reference) > 1e-6 * self._reference:
+                self._reference = False  # the first call does not grow with the batch
+        if self.budget.measuring:
+            self.seen = max(self.seen, ratio)
+        else:
+            self._plan(ratio)
+
+    def warm_up_ended(self):
+        """After the warm-up: plans for the longest batch the race saw."""
+        self._plan(self.seen)
 
     # --- planning -----------------------------------------------------------------
     def _profiled(self):
         """The first unit's input bytes in the profile, or None before the
-        warm-up's end."""
+        race's start."""
         budget = self.budget
-        if budget._race is None or not budget._profiles or budget.measuring:
+        if budget._race is None or not budget._profiles:
             return None
         return budget._profiles[0]["input"][0]
 
     def _plan(self, ratio):
-        """Plans for a batch `ratio` times the profiled one's size if it is
-        the longest yet; whether a plan of other choices is now pending."""
+        """After the warm-up: plans for a batch `ratio` times the profiled
+        one's size if it is the longest yet; whether a plan of other
+        choices is now pending."""
         if ratio <= self.longest:
             return False
         self.longest = ratio
-        try:
-            plan = self.budget._race.for_length(ratio)
-        except (RuntimeError, ValueError) as error:  # the engine's Status
-            warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
-                          f"one's size ({error}); the plan in force runs", stacklevel=4)
+        plan = self._for_length(ratio, "every batch from now on runs")
+        if plan is None:
             return False
-        if plan["needs_budget"]:
-            warnings.warn(
-                f"actoffload: a batch {ratio:.2f} times the profiled one's size needs a "
-                f"budget of at least {plan['needs_budget']} bytes, and the budget is "
-                f"{self.budget.budget_bytes}; every batch from now on runs the plan for "
-                "that least budget", stacklevel=4)
         if plan["choice"] == self.budget.plan["choice"]:
             self._pending = None
             self.budget._apply(plan)  # the same choices: only its figures change
             return False
-        self._pending = plan
+        self._pending, self._for_one = plan, False
         return True
+
+    def _plan_for_one(self, ratio):
+        """In the race: plans for this forward's batch, `ratio` times the
+        profiled one's size, where the race's plan does not fit it; whether
+        a plan for it alone is now pending."""
+        if ratio <= 1.0:
+            return False
+        first = ratio > self.seen  # a warning once per longest
+        self.seen = max(self.seen, ratio)
+        plan = self._for_length(ratio, "this batch runs", warn=first)
+        if plan is None or plan["choice"] == self.budget.plan["choice"]:
+            return False
+        self._pending, self._for_one = plan, True
+        return True
+
+    def _for_length(self, ratio, then, warn=True):
+        """The engine's plan for `ratio`, warned about where it needs a
+        larger budget (`then` says what runs); None where it failed."""
+        try:
+            plan = self.budget._race.for_length(ratio)
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            if warn:
+                warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
+                              f"one's size ({error}); the plan in force runs", stacklevel=5)
+            return None
+        if plan["needs_budget"] and warn:
+            warnings.warn(
+                f"actoffload: a batch {ratio:.2f} times the profiled one's size needs a "
+                f"budget of at least {plan['needs_budget']} bytes, and the budget is "
+                f"{self.budget.budget_bytes}; {then} the plan for that least budget",
+                stacklevel=5)
+        return plan

@@ -165,9 +165,24 @@ def _scripted(budget_fraction, model=None, **kwargs):
 
 def _peaks_as_planned(probe, joint):
     """Once planned, `probe` reads the plan's own predicted peak, scaled to
-    the batch (for plans that offload, which _ScalesWithLength leaves out)."""
-    probe.peak = lambda: (ScriptedProbe.peak(probe) if joint.plan is None else
-                          joint.plan["peak_bytes"] * probe.length // probe.reference)
+    the batch from the length it was made for (for plans that offload,
+    which _ScalesWithLength leaves out)."""
+    made_for = {}  # id(plan) -> (plan, the ratio to the profiled batch it was made for)
+    for_length = joint.lengths._for_length
+
+    def recorded(ratio, *args, **kwargs):
+        plan = for_length(ratio, *args, **kwargs)
+        if plan is not None:
+            made_for[id(plan)] = (plan, ratio)
+        return plan
+    joint.lengths._for_length = recorded
+
+    def peak():
+        if joint.plan is None:
+            return ScriptedProbe.peak(probe)
+        ratio = made_for.get(id(joint.plan), (None, 1.0))[1]
+        return int(joint.plan["peak_bytes"] * probe.length / (probe.reference * ratio))
+    probe.peak = peak
 
 
 def _batch(length, seed):
@@ -377,3 +392,57 @@ def test_a_longer_batch_the_engine_cannot_plan_for_is_warned_about_and_runs():
     with pytest.warns(UserWarning, match="no plan for a batch 1.50 times .*planned to fail"):
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     assert joint.plan is plan
+
+
+@pytest.mark.parametrize("allow_offload", [False, True])
+def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload):
+    # The race measures plans on 32 tokens; every fifth batch in it has 48.
+    # Where the forward can be set up again before its first unit (torch ≥
+    # 2.8), such a batch runs a plan made for 48 tokens, within the budget,
+    # under an engine loop of its own; the next forward runs the race's
+    # plan and loop again, and the race counts none of them. Everywhere,
+    # the warm-up's end plans for the longest batch it saw: the plan in
+    # force after it is the one for 48, and a batch of 48 is within the
+    # budget. Every step bit-identical to the same step without the budget.
+    model, ctx, probe = _scripted(0.75 if allow_offload else 0.8,
+                                  allow_offload=allow_offload)
+    joint = ctx.joint_budget
+    if allow_offload:
+        _peaks_as_planned(probe, joint)
+    per_unit = _common.saved_hooks_top() is not NotImplemented
+    in_force = []  # the engine's loop each forward ran, read at its head
+    model.head.register_forward_pre_hook(lambda module, args: in_force.append(ctx.offloader))
+    seed = iter(range(10 ** 6))
+
+    def step(length):
+        x = _batch(length, next(seed))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        return probe.peak()
+
+    longer = 0
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        while joint._race is None:
+            step(32)
+        while joint.measuring:
+            step(32)
+            if not joint.measuring or joint._race_iteration % 3:
+                continue
+            loop, counted = ctx.offloader, joint._race_iteration
+            peak = step(48)
+            longer += 1
+            assert joint._race_iteration == counted  # not one of the race's
+            if per_unit:
+                assert peak <= joint.budget_bytes
+                assert in_force[-1] is not loop and joint.plan is not joint._race.plan
+            else:
+                assert in_force[-1] is loop
+            if joint.measuring:
+                step(32)
+                assert in_force[-1] is loop  # the race's, again
+        assert longer >= 2
+        planned = joint._race.for_length(1.5)
+        assert planned["needs_budget"] == 0
+        assert step(32) <= joint.budget_bytes  # the first forward after the warm-up
+        assert joint.plan["choice"] == planned["choice"] != joint._race.plan["choice"]
+        assert step(48) <= joint.budget_bytes
