@@ -230,11 +230,11 @@ class JointBudget:
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
+            self.lengths.warm_up_ended()  # the longest batch the race saw
+            self.apply_pending()
             if self._interim_loop is not None:
                 self._retired.append(self._interim_loop[1])
                 self._interim_loop = None
-            self.lengths.warm_up_ended()  # the longest batch the race saw
-            self.apply_pending()
             self._record = None
             return
         if self._clock is None:
@@ -489,7 +489,15 @@ class JointBudget:
         # (every forward's backward done or abandoned) are dropped.
         self._retired = [loop for loop in self._retired if loop.live_iterations() > 0]
         self._retired.append(self.owner.offloader)
-        self.owner.offloader = self.make_loop(schedule_for(plan, self._index))
+        self.owner.offloader = self._loop_for(plan)
+
+    def _loop_for(self, plan):
+        """A new engine loop for `plan`: the one a longer batch in the race
+        ran it with, where there is one (its host buffers are made)."""
+        if self._interim_loop is not None and self._interim_loop[0] == tuple(plan["choice"]):
+            loop, self._interim_loop = self._interim_loop[1], None
+            return loop
+        return self.make_loop(schedule_for(plan, self._index))
 
     def unit_choices(self, plan):
         """The plan's choice for each unit (glue and the head left out)."""

@@ -51,6 +51,7 @@ class LongerBatches:
         self.seen = 1.0       # the longest batch the race saw
         self._pending = None  # a plan made for it, not yet in force
         self._for_one = False  # whether the pending plan is for this forward alone (the race)
+        self._race_plan = None  # (seen, plan or None): the race's plan for longer batches
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
         self._thread = None   # the thread whose forward the hook waits for
@@ -169,30 +170,34 @@ class LongerBatches:
         return True
 
     def _plan_for_one(self, ratio):
-        """In the race: plans for this forward's batch, `ratio` times the
+        """In the race: a plan for this forward's batch, `ratio` times the
         profiled one's size, where the race's plan does not fit it; whether
-        a plan for it alone is now pending."""
+        a plan for it alone is now pending. It is the plan for the longest
+        batch the race has seen (which fits every shorter one), made once
+        per longest: the engine takes a moment to plan, and each new plan
+        that offloads needs an engine loop of its own."""
         if ratio <= 1.0:
             return False
-        first = ratio > self.seen  # a warning once per longest
         self.seen = max(self.seen, ratio)
-        plan = self._for_length(ratio, "this batch runs", warn=first)
+        if self._race_plan is None or self._race_plan[0] != self.seen:
+            self._race_plan = (self.seen, self._for_length(
+                self.seen, "batches longer than the profiled one run"))
+        plan = self._race_plan[1]
         if plan is None or plan["choice"] == self.budget.plan["choice"]:
             return False
         self._pending, self._for_one = plan, True
         return True
 
-    def _for_length(self, ratio, then, warn=True):
+    def _for_length(self, ratio, then):
         """The engine's plan for `ratio`, warned about where it needs a
         larger budget (`then` says what runs); None where it failed."""
         try:
             plan = self.budget._race.for_length(ratio)
         except (RuntimeError, ValueError) as error:  # the engine's Status
-            if warn:
-                warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
-                              f"one's size ({error}); the plan in force runs", stacklevel=5)
+            warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
+                          f"one's size ({error}); the plan in force runs", stacklevel=5)
             return None
-        if plan["needs_budget"] and warn:
+        if plan["needs_budget"]:
             warnings.warn(
                 f"actoffload: a batch {ratio:.2f} times the profiled one's size needs a "
                 f"budget of at least {plan['needs_budget']} bytes, and the budget is "
