@@ -409,7 +409,8 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
     # the warm-up's end plans for the longest batch it saw: the plan in
     # force after it is the one for 48, and a batch of 48 is within the
     # budget. The race's plan for 48 is made once (the engine takes a
-    # moment to plan). Every step bit-identical to the same step without
+    # moment to plan), and its engine loop serves that plan after the
+    # warm-up (its host buffers are made). Every step bit-identical to the same step without
     # the budget.
     model, ctx, probe = _scripted(0.75 if allow_offload else 0.8,
                                   allow_offload=allow_offload)
@@ -429,7 +430,7 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
         return probe.peak()
 
-    longer = 0
+    longer, longer_loop = 0, (None, None)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="actoffload")
         while joint._race is None:
@@ -445,6 +446,7 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
             if per_unit:
                 assert peak <= joint.budget_bytes
                 assert in_force[-1] is not loop and joint.plan is not joint._race.plan
+                longer_loop = (tuple(joint.plan["choice"]), in_force[-1])
             else:
                 assert in_force[-1] is loop
             if joint.measuring:
@@ -455,4 +457,6 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         assert planned["needs_budget"] == 0
         assert step(32) <= joint.budget_bytes  # the first forward after the warm-up
         assert joint.plan["choice"] == planned["choice"] != joint._race.plan["choice"]
+        if per_unit and longer_loop[0] == tuple(planned["choice"]):
+            assert in_force[-1] is longer_loop[1]  # its host buffers made in the race
         assert step(48) <= joint.budget_bytes
