@@ -57,16 +57,16 @@ before the forward. Its life:
   5. Steady state: a plan that offloads nothing runs without the engine
      (LEAN). A batch longer than any before it gets a plan made for its
      length (budget_lengths.py).
-This module is glue: it measures and applies; the engine plans.
+This module is glue: it measures (budget_record.py) and applies; the engine plans.
 """
 
 import warnings
 
 import torch
 
-from . import _common, budget_lengths, budget_profile, recompute
+from . import _common, budget_lengths, budget_profile, budget_record, recompute
 from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
-from .probe import MemoryProbe, Clock, copy_bandwidths, default_probe  # noqa: F401
+from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
 # The race's options (engine/plan/joint_race.h: JointRaceOptions), passed to it.
 # The most measured iterations after the profile: each candidate plan runs
@@ -135,7 +135,7 @@ class JointBudget:
         self._forwards = recompute.UnitForwards(self, units)  # how the units run
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
-        self._clock = None
+        self._recorder = budget_record.Recorder(probe)  # fills _record
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
         self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
@@ -237,22 +237,7 @@ class JointBudget:
                 self._interim_loop = None
             self._record = None
             return
-        if self._clock is None:
-            self._clock = Clock(isinstance(self.probe, MemoryProbe))
-        self.probe.reset_peak()
-        n = len(self.units)
-        self._record = {"start": self._clock.mark(),
-            "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
-            "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
-            "bwd": [None] * n, "end": None, "peak": None, "versions": [None] * n,
-            "buffers": [None] * n,
-            "profile": self.plan is None,
-            # The profile's peaks, per stretch of the step (the allocator's
-            # peak counter is read and reset at each unit's boundaries):
-            # each unit's forward, the head (from the last unit's forward's
-            # end to the units' backward), and each unit's backward.
-            "top": 0, "forward_peak": [0] * n, "head_peak": 0,
-            "bwd_allocated": [None] * n, "backward_peak": [0] * n, "last_bwd": None}
+        self._record = self._recorder.begin(self.units, profile=self.plan is None)
 
     def lean(self):
         """After begin_forward: whether this forward needs nothing of the
@@ -265,76 +250,25 @@ class JointBudget:
         (LEAN): it offloads no unit."""
         return LEAN and not any(c in OFFLOADED for c in plan["choice"])
 
-    def _stretch_peak(self, r):
-        """In the profile: the peak (above the forward's start) since the
-        last boundary, and the counter reset for the next stretch."""
-        if not r["profile"]:
-            return 0
-        top = self.probe.peak() - r["base"]
-        self.probe.reset_peak()
-        r["top"] = max(r["top"], top)
-        return top
-
     def unit_begins(self, index, args, kwargs):
-        r = self._record
         if index == 0:
             self.lengths.at_first_unit(args, kwargs)
-        if r is None:
-            return
-        self._stretch_peak(r)
-        r["before"][index] = self.probe.allocated()
-        tensor = _common.first_tensor(args, kwargs)
-        r["input"][index] = _common.tensor_bytes(tensor) if tensor is not None else 0
-        r["fwd"][index] = self._clock.mark()
-        # (Inference tensors have no version counter, and cannot be
-        # modified outside inference mode; but no checkpoint can save one.)
-        tensors = [t for t in list(args) + list(kwargs.values()) if isinstance(t, torch.Tensor)]
-        if any(t.is_inference() for t in tensors):
+        if self._record is not None and not self._recorder.unit_begins(
+                self._record, index, self.units[index], args, kwargs):
             self._not_rerun.add(index)
-        r["versions"][index] = [(t, t._version) for t in tensors if not t.is_inference()]
-        r["buffers"][index] = _buffer_versions(self.units[index])
 
     def unit_ends(self, index, output):
-        r = self._record
-        if r is None:
-            return
-        if (any(t._version != v for t, v in r["versions"][index])
-                or _buffers_changed(r["buffers"][index], self.units[index])):
+        if self._record is not None and not self._recorder.unit_ends(
+                self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
-        r["versions"][index] = r["buffers"][index] = None
-        r["fwd_end"][index] = self._clock.mark()
-        r["after"][index] = self.probe.allocated()
-        r["forward_peak"][index] = self._stretch_peak(r)
-        tensor = _common.first_grad_tensor(output)
-        if tensor is not None:
-            tensor.register_hook(_BackwardBegins(self, r, index))
 
     def backward_begins(self, record, index):
-        record["bwd"][index] = self._clock.mark()
-        if record["profile"]:
-            top = self._stretch_peak(record)
-            if record["last_bwd"] is None:
-                record["head_peak"] = top
-            else:
-                record["backward_peak"][record["last_bwd"]] = top
-            record["last_bwd"] = index
-            record["bwd_allocated"][index] = self.probe.allocated() - record["base"]
-        if record.get("queued"):
-            return
-        record["queued"] = True
-        torch.autograd.Variable._execution_engine.queue_callback(
-            lambda: self._pass_ended(record))
+        if self._recorder.backward_begins(record, index):
+            torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: self._pass_ended(record))
 
     def _pass_ended(self, record):
-        record["end"] = self._clock.mark()
-        if record["profile"]:
-            top = self._stretch_peak(record)
-            if record["last_bwd"] is not None:
-                record["backward_peak"][record["last_bwd"]] = top
-            record["peak"] = record["top"]
-        else:
-            record["peak"] = self.probe.peak() - record["base"]
-        self.peaks.append(record["peak"])
+        self.peaks.append(self._recorder.pass_ends(record))
         missing = [i for i, end in enumerate(record["fwd_end"]) if end is None]
         if record["profile"] and missing:
             # A unit that did not run (a skipped layer) has nothing to plan
@@ -365,7 +299,7 @@ class JointBudget:
             # race's on another length: the race waits for a like batch.
             self._other_shapes += 1
         elif self.plan is not None:
-            step = self._clock.ns(record["start"], record["end"])
+            step = self._recorder.step_ns(record)
             warning = self._race.measured(step, record["peak"])
             if warning is not None:
                 warnings.warn(warning, stacklevel=2)
@@ -414,7 +348,7 @@ class JointBudget:
         by_kind = dict(zip(self._profile_kinds(), records))
         r, selective = by_kind["all"], by_kind.get("selective")
         self.profile, self._index = budget_profile.make_profile(
-            r, selective, self._clock,
+            r, selective, self._recorder.clock,
             selective=[self._selective_allowed(i) for i in range(n)],
             kinds=[budget_profile.unit_kind(u) for u in self.units],
             recompute_record=by_kind.get("recompute"),
@@ -587,29 +521,3 @@ class JointBudget:
                 f"measured above the profile: {self.excess[0]} bytes per recomputed "
                 f"unit, {self.excess[1]} per selective one\n"
                 + self.plan["text"])
-
-
-class _BackwardBegins:
-    __slots__ = ("budget", "record", "index")
-
-    def __init__(self, budget, record, index):
-        self.budget, self.record, self.index = budget, record, index
-
-    def __call__(self, grad):
-        self.budget.backward_begins(self.record, self.index)
-
-
-def _buffer_versions(unit):
-    """(name, buffer, version) of each of `unit`'s buffers (an inference
-    tensor has no version, and cannot be changed outside inference mode)."""
-    return [(name, b, b._version) for name, b in unit.named_buffers()
-            if not b.is_inference()]
-
-
-def _buffers_changed(before, unit):
-    """Whether `unit`'s forward changed or replaced a buffer since
-    `before` (_buffer_versions): BatchNorm's running statistics in training."""
-    now = _buffer_versions(unit)
-    return len(now) != len(before) or any(
-        n0 != n1 or b0 is not b1 or v0 != v1
-        for (n0, b0, v0), (n1, b1, v1) in zip(before, now))

@@ -460,3 +460,59 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         if per_unit and longer_loop[0] == tuple(planned["choice"]):
             assert in_force[-1] is longer_loop[1]  # its host buffers made in the race
         assert step(48) <= joint.budget_bytes
+
+
+def _accumulated(model, batches, ctx=None):
+    """One step of gradient accumulation: every batch's forward (inside
+    `ctx` where given), then one backward of their summed losses."""
+    torch.manual_seed(7)
+    for p in model.parameters():
+        p.grad = None
+    losses = []
+    for x in batches:
+        with ctx if ctx is not None else torch.enable_grad():
+            losses.append((model(x).float() ** 2).mean())
+    loss = sum(losses)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_nothing():
+    # In the race, under a plan that offloads: a batch of 48 between two
+    # of 32 before one backward (its plan alone, torch ≥ 2.8, while theirs
+    # are the race's); then a batch of 48 whose forward raises midway,
+    # caught by the loop; after each, every step is bit-identical to the
+    # same step without the budget, the race's plan and loop come back,
+    # and the warm-up ends with a plan that fits.
+    model, ctx, probe = _scripted(0.75)
+    joint = ctx.joint_budget
+    _peaks_as_planned(probe, joint)
+    in_force = []
+    model.head.register_forward_pre_hook(lambda module, args: in_force.append(ctx.offloader))
+    fail = []
+
+    def raise_once(module, args):
+        if fail:
+            fail.pop()
+            raise RuntimeError("a bad batch")
+    model.layers[1].register_forward_pre_hook(raise_once)
+    seed = iter(range(10 ** 6))
+    while joint._race is None or joint._race_iteration < 3:
+        x = _batch(32, next(seed))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert joint.measuring
+    loop = ctx.offloader
+    batches = [_batch(32, next(seed)), _batch(48, next(seed)), _batch(32, next(seed))]
+    assert_identical(_accumulated(model, batches), _accumulated(model, batches, ctx))
+    assert in_force[-1] is loop and (in_force[-2] is not loop) == (
+        _common.saved_hooks_top() is not NotImplemented)
+    fail.append(1)
+    with pytest.raises(RuntimeError, match="a bad batch"):
+        with ctx:
+            model(_batch(48, next(seed)))
+    while joint.measuring:
+        x = _batch(32, next(seed))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    x = _batch(48, next(seed))
+    assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert probe.peak() <= joint.budget_bytes
