@@ -178,10 +178,10 @@ class LongerBatches:
         that offloads needs an engine loop of its own."""
         if ratio <= 1.0:
             return False
-        self.seen = max(self.seen, ratio)
-        if self._race_plan is None or self._race_plan[0] != self.seen:
-            self._race_plan = (self.seen, self._for_length(
-                self.seen, "batches longer than the profiled one run"))
+        longest = max(self.seen, ratio)  # (seen only once the first unit confirms it)
+        if self._race_plan is None or self._race_plan[0] != longest:
+            self._race_plan = (longest, self._for_length(
+                longest, "batches longer than the profiled one run"))
         plan = self._race_plan[1]
         if plan is None or plan["choice"] == self.budget.plan["choice"]:
             return False

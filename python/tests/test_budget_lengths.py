@@ -516,3 +516,49 @@ def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_no
     x = _batch(48, next(seed))
     assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     assert probe.peak() <= joint.budget_bytes
+
+
+class _SideFirst(Decoder):
+    """Its forward's first positional tensor is a side input, whose size
+    need not follow the batch's (a feature of its own length)."""
+
+    def __init__(self):
+        super().__init__()
+        self.side = torch.nn.Linear(64, 64)
+
+    def forward(self, side, x):
+        return super().forward(x + self.side(side).mean(dim=1, keepdim=True))
+
+
+def test_a_first_call_that_does_not_follow_the_batch_is_not_consulted_again():
+    # In the race, a batch of 32 tokens whose side input has 48: the first
+    # call says 1.5 times the profiled size; where the forward can be set up
+    # again (torch ≥ 2.8) it runs a plan for that, which the race must not
+    # count as its own plan's measurement (elsewhere the race's plan runs,
+    # and counts). The first unit then shows the
+    # batch is of the profiled size: the first call is not hooked again.
+    model, ctx, probe = _scripted(0.8, _SideFirst(), allow_offload=False)
+    joint = ctx.joint_budget
+    seed = iter(range(10 ** 6))
+
+    def step(side_length):
+        x, side = _batch(32, next(seed)), _batch(side_length, next(seed))
+
+        def forward(model, x, ctx=None):
+            torch.manual_seed(7)
+            with ctx if ctx is not None else torch.enable_grad():
+                return model(side, x)
+        got = train_step(model, x, lambda m, v: forward(m, v, ctx))
+        assert_identical(train_step(model, x, forward), got)
+
+    while joint._race is None or joint._race_iteration < 3:
+        step(32)
+    assert joint.lengths._reference
+    counted, trials = joint._race_iteration, len(joint._all_trials)
+    step(48)
+    assert joint.lengths._reference is False
+    if _common.saved_hooks_top() is not NotImplemented:  # the plan for 1.5 ran: not counted
+        assert joint._race_iteration == counted and len(joint._all_trials) == trials
+    else:  # the race's plan ran, on a batch like the profiled one: counted
+        assert joint._race_iteration == counted + 1
+    assert joint.lengths.seen == 1.0
