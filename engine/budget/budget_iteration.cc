@@ -1,6 +1,6 @@
 // The end of the byte-budget policy's iterations (budget_policy.h): the
-// plan made from a recorded iteration, FinishBackward, AbandonIteration and
-// EndTraversal (SPEC §4.7, §7).
+// plan made from a recorded iteration, the workloads' plans kept,
+// FinishBackward, AbandonIteration and EndTraversal (SPEC §4.7, §7).
 
 #include <algorithm>
 #include <string>
@@ -76,6 +76,16 @@ Status BudgetPolicy::MakePlan() {
   }
   recording_ = std::move(recording);
   plan_ = std::move(plan).value();
+  // This workload's earlier plan, if one was kept, is replaced.
+  if (!recording_->units.empty()) {
+    const BudgetUnit& first = recording_->units[0];
+    const FirstUnit key{first.layer, first.bytes, first.first_push};
+    std::erase_if(kept_, [&key](const Workload& w) {
+      const BudgetUnit& u = w.recording.units[0];
+      return FirstUnit{u.layer, u.bytes, u.first_push} == key;
+    });
+    std::erase(record_next_, key);
+  }
   release_at_push_.clear();
   free_at_call_.clear();
   reload_order_.clear();
@@ -123,8 +133,7 @@ Status BudgetPolicy::FinishBackward() {
     // traversal's end (EndTraversal).
     if (traversals_ == 0) first.Update(MakePlan());
   } else if (diverged_) {
-    plan_.reset();
-    recording_.reset();
+    KeepDivergedWorkload();
   }
   ResetIteration();
   return first.WithContext("FinishBackward (the iteration ended)");
@@ -149,10 +158,7 @@ Status BudgetPolicy::AbandonIteration() {
                                     "iteration records again)"));
   }
   Status first = EndIteration(core_, groups_, options_.retain_pinned_buffers);
-  if (diverged_) {
-    plan_.reset();
-    recording_.reset();
-  }
+  if (diverged_) KeepDivergedWorkload();
   ResetIteration();
   return first.WithContext(where + " (the iteration ended)");
 }
@@ -184,6 +190,86 @@ Status BudgetPolicy::EndTraversal() {
   for (Unit& unit : units_) unit.pops = 0;
   ++traversals_;
   return first.WithContext(where);
+}
+
+void BudgetPolicy::ChooseWorkload(int push) {
+  const Unit& live = units_[0];
+  const FirstUnit key{live.layer, live.bytes, live.first_push};
+  const bool record = std::find(record_next_.begin(), record_next_.end(),
+                                key) != record_next_.end();
+  const auto first_of = [](const BudgetRecording& r) {
+    const BudgetUnit& u = r.units[0];
+    return FirstUnit{u.layer, u.bytes, u.first_push};
+  };
+  if (plan_.has_value() && !recording_->units.empty() && !record) {
+    if (first_of(*recording_) == key) return;
+  }
+  if (!record) {
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (first_of(kept_[i].recording) == key) {
+        TakeWorkload(i);
+        return;
+      }
+    }
+  }
+  if (!plan_.has_value()) return;  // recorded already
+  const BudgetUnit& first = recording_->units.empty() ? BudgetUnit{}
+                                                      : recording_->units[0];
+  const bool shorter = !recording_->units.empty() &&
+                       first.layer == live.layer &&
+                       first.first_push == live.first_push &&
+                       (live.bytes <= first.bytes || options_.smallest_budget);
+  if ((shorter && !record) || (probe_ != nullptr && push > 0)) return;
+  core_.Warn("activation budget: a new workload in " + Iteration() +
+             ": its first unit (" + LayerName(live.layer) + ", " +
+             std::to_string(live.bytes) + " bytes, push " +
+             std::to_string(live.first_push) + ") is not the plan's (" +
+             LayerName(first.layer) + ", " + std::to_string(first.bytes) +
+             " bytes, push " + std::to_string(first.first_push) +
+             "); this iteration is recorded, and the plan of each workload "
+             "is kept for when it comes again");
+  KeepWorkload();
+}
+
+void BudgetPolicy::KeepWorkload() {
+  if (!plan_.has_value()) return;
+  if (!recording_->units.empty()) {
+    kept_.push_back(Workload{std::move(*recording_), std::move(*plan_),
+                             std::move(release_at_push_),
+                             std::move(free_at_call_),
+                             std::move(reload_order_)});
+    if (kept_.size() > kKeptWorkloads) kept_.erase(kept_.begin());
+  }
+  recording_.reset();
+  plan_.reset();
+  release_at_push_.clear();
+  free_at_call_.clear();
+  reload_order_.clear();
+}
+
+void BudgetPolicy::TakeWorkload(size_t i) {
+  Workload taken = std::move(kept_[i]);
+  kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+  KeepWorkload();
+  recording_ = std::move(taken.recording);
+  plan_ = std::move(taken.plan);
+  release_at_push_ = std::move(taken.release_at_push);
+  free_at_call_ = std::move(taken.free_at_call);
+  reload_order_ = std::move(taken.reload_order);
+}
+
+void BudgetPolicy::KeepDivergedWorkload() {
+  if (!units_.empty()) {
+    const FirstUnit key{units_[0].layer, units_[0].bytes, units_[0].first_push};
+    if (std::find(record_next_.begin(), record_next_.end(), key) ==
+        record_next_.end()) {
+      record_next_.push_back(key);
+      if (record_next_.size() > kKeptWorkloads) {
+        record_next_.erase(record_next_.begin());
+      }
+    }
+  }
+  KeepWorkload();
 }
 
 void BudgetPolicy::ResetIteration() {

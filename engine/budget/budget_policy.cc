@@ -201,6 +201,7 @@ StatusOr<SavedTensor> BudgetPolicy::PushOne(const Tensor& tensor,
   }
   bool created = false;
   const int unit = UnitOf(tensor, push, &created);
+  if (created && unit == 0) ChooseWorkload(push);
   CheckAgainstPlan(unit, created);
   const bool offload = planned() && plan_->offloaded[unit] &&
                        (created || units_[unit].offloaded);

@@ -25,8 +25,16 @@
 //    call or at such a drop): the earliest point the budget has room.
 // A push that does not match the recording (another layer, storage size or
 // order) makes the policy warn, keep every later tensor of the iteration on
-// device, and record the next iteration again; so does a backward whose
-// pops come where the plan frees (the free waits for the last pop).
+// device, and record the next iteration whose first unit is that one's
+// again; so does a backward whose pops come where the plan frees (the free
+// waits for the last pop).
+// Workloads (one context around a GAN's two models in turn, batches of a
+// few lengths): a plan is kept for each recorded workload, known by its
+// first unit (layer, bytes, first push), up to kKeptWorkloads. At an
+// iteration's first unit the policy follows the plan recorded with that
+// first unit, else the one in force where the unit is no larger than its
+// first (a shorter batch), else records this iteration (warned once per
+// new workload), the plan in force kept for its own.
 // Private to the engine.
 
 #ifndef OFFLOAD_ENGINE_BUDGET_BUDGET_POLICY_H_
@@ -37,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend.h"
@@ -197,6 +206,31 @@ class BudgetPolicy final : public OffloaderPolicy {
   OffloadGroup& Group(int unit);
   // After the recorded iteration: the recording and the plan.
   Status MakePlan();
+
+  // A recorded workload's plan, kept while another's is in force.
+  struct Workload {
+    BudgetRecording recording;
+    BudgetPlan plan;
+    std::map<int, std::vector<int>> release_at_push, free_at_call;
+    std::vector<int> reload_order;
+  };
+  // A workload's first unit: layer, bytes, first push.
+  using FirstUnit = std::tuple<int, int64_t, int>;
+  static constexpr size_t kKeptWorkloads = 8;
+  // At the iteration's first unit (units_[0], made by push `push`): the
+  // plan this iteration follows, or none (recorded), as the header says.
+  // With a probe, a switch to recording comes only at push 0 (the probe's
+  // figures start at the first push); else the plan in force is followed
+  // and CheckAgainstPlan tells the divergence.
+  void ChooseWorkload(int push);
+  // The plan in force goes to kept_ (the oldest kept dropped beyond
+  // kKeptWorkloads); none is in force after.
+  void KeepWorkload();
+  // kept_[i]'s plan in force; the one in force before, if any, kept.
+  void TakeWorkload(size_t i);
+  // The iteration diverged: its plan is kept, and the next iteration
+  // with its first unit is recorded.
+  void KeepDivergedWorkload();
   // Resets this iteration's state for the next one (FinishBackward,
   // AbandonIteration).
   void ResetIteration();
@@ -231,6 +265,8 @@ class BudgetPolicy final : public OffloaderPolicy {
 
   std::optional<BudgetRecording> recording_;
   std::optional<BudgetPlan> plan_;
+  std::vector<Workload> kept_;            // other workloads' plans, oldest first
+  std::vector<FirstUnit> record_next_;    // workloads to record when they come
   std::map<int, std::vector<int>> release_at_push_;  // from plan_
   std::map<int, std::vector<int>> free_at_call_;     // offloaded units
   std::vector<int> reload_order_;                     // by reload call

@@ -429,19 +429,30 @@ def test_whole_forwards_that_offload_nothing_under_torch_compile_are_warned_abou
         assert_identical(reference, train_step(whole, x, whole_forward(ctx)))  # once
 
 
-def test_one_context_around_two_models_in_turn_offloads_both():
-    # A GAN's loop under torchtune's usage: one OffloadActivations() around
-    # the generator's and the discriminator's forwards in turn (other
-    # depths, other widths). Every step bit-identical, silent, and each
-    # model's activations offloaded after the first step.
+@pytest.mark.parametrize("budget", [None, 400_000])
+def test_one_context_around_two_models_in_turn_offloads_both(budget):
+    # A GAN's loop: one context around the generator's and the
+    # discriminator's forwards in turn (other depths, other widths), under
+    # torchtune's usage (OffloadActivations()) and under a byte budget
+    # without layers. Every step bit-identical, and each model's
+    # activations offloaded after its first step; the byte budget records
+    # each model's first step and says once that a second workload came
+    # (before, it warned "the workload changed" at every switch and
+    # offloaded nothing).
     generator, discriminator = Stack(layers=4), Stack(layers=2, hidden=96)
-    ctx = actoffload.OffloadActivations(min_offload_size=MIN, backend="sim")
+    ctx = actoffload.OffloadActivations(min_offload_size=MIN, backend="sim",
+                                        budget_bytes=budget)
     gen = torch.Generator().manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         for step in range(3):
             for model, hidden in ((generator, 64), (discriminator, 96)):
                 x = torch.randn(2, 32, hidden, generator=gen)
                 before = ctx.offloader.stats()["bytes_offloaded"]
                 assert_identical(train_step(model, x), train_step(model, x, whole_forward(ctx)))
                 assert step == 0 or ctx.offloader.stats()["bytes_offloaded"] > before
+    said = [str(w.message) for w in seen]
+    if budget is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and "a new workload in iteration 2" in said[0], said
