@@ -429,25 +429,33 @@ def test_whole_forwards_that_offload_nothing_under_torch_compile_are_warned_abou
         assert_identical(reference, train_step(whole, x, whole_forward(ctx)))  # once
 
 
-@pytest.mark.parametrize("budget", [None, 400_000])
-def test_one_context_around_two_models_in_turn_offloads_both(budget):
+@pytest.mark.parametrize("budgeted", [False, True])
+def test_one_context_around_two_models_in_turn_offloads_both(budgeted):
     # A GAN's loop: one context around the generator's and the
     # discriminator's forwards in turn (other depths, other widths), under
     # torchtune's usage (OffloadActivations()) and under a byte budget
-    # without layers. Every step bit-identical, and each model's
+    # without layers, the smallest that fits both (what the torch version
+    # saves sets it). Every step bit-identical, and each model's
     # activations offloaded after its first step; the byte budget records
     # each model's first step and says once that a second workload came
     # (before, it warned "the workload changed" at every switch and
     # offloaded nothing).
     generator, discriminator = Stack(layers=4), Stack(layers=2, hidden=96)
+    gen = torch.Generator().manual_seed(0)
+    batches = [[torch.randn(2, 32, hidden, generator=gen) for hidden in (64, 96)]
+               for _ in range(3)]
+    budget = None
+    if budgeted:
+        make = lambda budget: actoffload.OffloadActivations(  # noqa: E731
+            budget_bytes=budget, min_offload_size=MIN, backend="sim")
+        budget = max(smallest_budget(make, model, x)
+                     for model, x in zip((generator, discriminator), batches[0]))
     ctx = actoffload.OffloadActivations(min_offload_size=MIN, backend="sim",
                                         budget_bytes=budget)
-    gen = torch.Generator().manual_seed(0)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        for step in range(3):
-            for model, hidden in ((generator, 64), (discriminator, 96)):
-                x = torch.randn(2, 32, hidden, generator=gen)
+        for step, xs in enumerate(batches):
+            for model, x in zip((generator, discriminator), xs):
                 before = ctx.offloader.stats()["bytes_offloaded"]
                 assert_identical(train_step(model, x), train_step(model, x, whole_forward(ctx)))
                 assert step == 0 or ctx.offloader.stats()["bytes_offloaded"] > before
