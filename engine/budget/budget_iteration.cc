@@ -78,11 +78,9 @@ Status BudgetPolicy::MakePlan() {
   plan_ = std::move(plan).value();
   // This workload's earlier plan, if one was kept, is replaced.
   if (!recording_->units.empty()) {
-    const BudgetUnit& first = recording_->units[0];
-    const FirstUnit key{first.layer, first.bytes, first.first_push};
+    const FirstUnit key = FirstUnitOf(*recording_);
     std::erase_if(kept_, [&key](const Workload& w) {
-      const BudgetUnit& u = w.recording.units[0];
-      return FirstUnit{u.layer, u.bytes, u.first_push} == key;
+      return FirstUnitOf(w.recording) == key;
     });
     std::erase(record_next_, key);
   }
@@ -192,21 +190,27 @@ Status BudgetPolicy::EndTraversal() {
   return first.WithContext(where);
 }
 
+BudgetPolicy::FirstUnit BudgetPolicy::FirstUnitOf(
+    const BudgetRecording& recording) {
+  const BudgetUnit& u = recording.units[0];
+  return FirstUnit{u.layer, u.bytes, u.first_push};
+}
+
+BudgetPolicy::FirstUnit BudgetPolicy::FirstUnitOf(const Unit& unit) {
+  return FirstUnit{unit.layer, unit.bytes, unit.first_push};
+}
+
 void BudgetPolicy::ChooseWorkload(int push) {
   const Unit& live = units_[0];
-  const FirstUnit key{live.layer, live.bytes, live.first_push};
+  const FirstUnit key = FirstUnitOf(live);
   const bool record = std::find(record_next_.begin(), record_next_.end(),
                                 key) != record_next_.end();
-  const auto first_of = [](const BudgetRecording& r) {
-    const BudgetUnit& u = r.units[0];
-    return FirstUnit{u.layer, u.bytes, u.first_push};
-  };
   if (plan_.has_value() && !recording_->units.empty() && !record) {
-    if (first_of(*recording_) == key) return;
+    if (FirstUnitOf(*recording_) == key) return;
   }
   if (!record) {
     for (size_t i = 0; i < kept_.size(); ++i) {
-      if (first_of(kept_[i].recording) == key) {
+      if (FirstUnitOf(kept_[i].recording) == key) {
         TakeWorkload(i);
         return;
       }
@@ -260,7 +264,7 @@ void BudgetPolicy::TakeWorkload(size_t i) {
 
 void BudgetPolicy::KeepDivergedWorkload() {
   if (!units_.empty()) {
-    const FirstUnit key{units_[0].layer, units_[0].bytes, units_[0].first_push};
+    const FirstUnit key = FirstUnitOf(units_[0]);
     if (std::find(record_next_.begin(), record_next_.end(), key) ==
         record_next_.end()) {
       record_next_.push_back(key);

@@ -216,6 +216,8 @@ class BudgetPolicy final : public OffloaderPolicy {
   };
   // A workload's first unit: layer, bytes, first push.
   using FirstUnit = std::tuple<int, int64_t, int>;
+  static FirstUnit FirstUnitOf(const BudgetRecording& recording);  // REQUIRES: a unit
+  static FirstUnit FirstUnitOf(const Unit& unit);
   static constexpr size_t kKeptWorkloads = 8;
   // At the iteration's first unit (units_[0], made by push `push`): the
   // plan this iteration follows, or none (recorded), as the header says.
