@@ -51,7 +51,7 @@ class LongerBatches:
         self.seen = 1.0       # the longest batch the race saw
         self._pending = None  # a plan made for it, not yet in force
         self._for_one = False  # whether the pending plan is for this forward alone (the race)
-        self._race_plan = None  # (seen, plan or None): the race's plan for longer batches
+        self._race_plan = None  # (ratio made for, plan or None): the race's plan for longer batches
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
         self._thread = None   # the thread whose forward the hook waits for
