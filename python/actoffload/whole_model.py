@@ -392,11 +392,14 @@ class OffloadActivations:
         """Once per context, at the second forward (grad enabled, no
         exception) that reached nothing while nothing was ever reached: no
         unit began (and none ever did), or, without units and with
-        torch.compile in use, tensors were saved but none was offloaded (and
-        none ever was; the first forward is recorded on device). The module
-        called is not the one given, or it was compiled whole. (A skipped
-        batch, a forward with nothing in it, reaches nothing once; a
-        training loop's other forwards do.)"""
+        torch.compile in use, tensors were saved but none was offloaded in a
+        forward that followed a plan (and none ever was). The module called
+        is not the one given, or it was compiled whole. (A skipped batch, a
+        forward with nothing in it, reaches nothing once; a training loop's
+        other forwards do. Without units, the engine records each
+        workload's first forward on device and plans after its backward: a
+        forward that ends with no plan in force is not counted, so a GAN's
+        second model, recorded in turn, is not taken for a compiled one.)"""
         if self._reached:
             return
         if self._layers is not None:
@@ -404,16 +407,18 @@ class OffloadActivations:
                     f"({type(self._units[0]).__name__}) began inside the context's "
                     "forwards, so nothing was offloaded, recomputed or measured; call "
                     "the model given to OffloadActivations")
+            self._unreached += 1
+            if self._unreached < 2:
+                return
         elif (self._pushes_before is not None
               and _common.pushes(self.offloader) > self._pushes_before):
             if _common.offloaded(self.offloader) > 0:
                 self._reached = True
                 return
+            if not self.offloader.budget_plan_text():
+                return  # recorded on device: a workload's first forward
             what = "the context's forwards offloaded nothing they saved for backward"
         else:
-            return
-        self._unreached += 1
-        if self._unreached < 2:
             return
         self._reached = True
         warnings.warn(f"actoffload: {what}. {_common.UNREACHED}", stacklevel=3)
