@@ -190,6 +190,9 @@ Status JointRace::Start() {
 
 RaceStep JointRace::Replan() {
   RaceStep out;
+  rematched_ = false;
+  rematching_ = false;
+  rematch_.clear();
   std::optional<JointPlan> plan =
       PlanFor(units_budget_, allow_offload_, allow_recompute_);
   if (plan.has_value()) {
@@ -396,6 +399,19 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
     return out;
   }
   runs_.push_back({step_ns, peak_bytes});
+  if (rematching_) {
+    if (static_cast<int>(runs_.size()) < options_.rematch_runs) return {};
+    MergeRematchRuns();
+    if (!rematch_.empty()) {
+      Apply(rematch_.front());
+      rematch_.erase(rematch_.begin());
+      RaceStep out;
+      out.applied = true;
+      return out;
+    }
+    rematching_ = false;
+    return KeepOrRaceOn();
+  }
   if (static_cast<int>(runs_.size()) < options_.runs_per_candidate) {
     return {};  // a plan's first run allocates its pinned buffers: run it again
   }
@@ -419,6 +435,11 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
     out.applied = true;
     return out;
   }
+  return KeepOrRaceOn();
+}
+
+RaceStep JointRace::KeepOrRaceOn() {
+  RaceStep out;
   if (const RaceTrial* best = Kept(trials_, Allowed(), options_.offload_tie)) {
     // A trial faster than it but over the budget: a plan made for that
     // trial's predicted peak less its excess may fit and stay faster. Race
@@ -447,6 +468,10 @@ RaceStep JointRace::Measured(double step_ns, int64_t peak_bytes) {
             candidates_.end());
         return out;
       }
+    }
+    if (StartRematch(*best)) {
+      out.applied = true;
+      return out;
     }
     Apply(best->plan);
     settled_ = true;

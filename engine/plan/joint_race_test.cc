@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,14 +44,17 @@ std::vector<bool> Recomputed(const JointPlan& plan) {
 // Every candidate runs, however slow the model predicts it.
 constexpr double kNoPrune = 1e9;
 
-// Four units at `gbps`, nothing outside them, no margin unless given.
+// Four units at `gbps`, nothing outside them, no margin unless given; no
+// rematch unless given (the Rematch tests'; the others script each
+// candidate's runs in turn).
 JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
                     double margin = 0, int lowerings = 2,
-                    int64_t tolerance = 0) {
+                    int64_t tolerance = 0, double rematch = 0) {
   JointRaceOptions options;
   options.margin = margin;
   options.lowerings = lowerings;
   options.tolerance_bytes = tolerance;
+  options.rematch = rematch;
   options.fit_excess = false;  // these scripts' peaks follow no model
   options.prune = kNoPrune;     // nor do their steps
   return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
@@ -66,6 +70,7 @@ JointRace CheckpointOnlyFourUnits(int64_t budget, double margin) {
   options.fit_excess = false;
   options.prune = kNoPrune;
   options.lowerings = 0;
+  options.rematch = 0;
   return JointRace(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, 0,
                    /*allow_offload=*/false, /*allow_recompute=*/true,
                    {0, 1, 2, 3}, options);
@@ -78,6 +83,17 @@ RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
   EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
   RaceStep last;
   for (int i = 1; i < race.options().runs_per_candidate; ++i) {
+    last = race.Measured(step, peak);
+  }
+  return last;
+}
+
+// Runs the plan in force again in a rematch, rematch_runs times: as
+// RunCandidate, first a run of 1 ns and no peak, then `step` and `peak`.
+RaceStep RunAgain(JointRace& race, double step, int64_t peak) {
+  EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
+  RaceStep last;
+  for (int i = 1; i < race.options().rematch_runs; ++i) {
     last = race.Measured(step, peak);
   }
   return last;
@@ -715,6 +731,58 @@ TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {
   JointRace no_bandwidth(Stack(2, 1.0, 1).units, 0, 0, 600, 0, true, true,
                          {0, 1});
   EXPECT_THAT(no_bandwidth.Start(), StatusIs(StatusCode::kInvalidArgument));
+}
+
+// Rematch (JointRaceOptions::rematch, 0.2): budget 700, the four plans
+// predicted ORKK 1300, RRKK 1400, ROKK 1477, OOKK 1667 ns, none doing more
+// work than another. ORKK measures 1100 and RRKK 1000: the model says ORKK
+// wins, and it measured within 20% of RRKK, so before the race settles
+// ORKK runs again, then RRKK. Each runs rematch_runs (2) times, the first
+// left out; a trial's step is the least of its runs. Where ORKK measures
+// 950 again it is kept; where it measures 1100 again, RRKK is. Either way
+// once: the race then settles and checks the kept plan.
+TEST(JointRaceTest, ATrialPredictedFasterAndMeasuredALittleSlowerRunsAgain) {
+  for (double again : {950.0, 1100.0}) {
+    JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, 0, /*rematch=*/0.2);
+    race.set_calibrated(true);  // the scripted steps follow no bandwidth
+    ASSERT_OK(race.Start());
+    const std::map<std::string, double> steps = {
+        {"ORKK", 1100}, {"RRKK", 1000}, {"ROKK", 1250}, {"OOKK", 1300}};
+    for (int k = 0; k < 4; ++k) RunCandidate(race, steps.at(Choices(race.plan())), 600);
+    ASSERT_FALSE(race.settled()) << again;
+    ASSERT_EQ(Choices(race.plan()), "ORKK");
+    EXPECT_TRUE(RunAgain(race, again, 600).applied);
+    ASSERT_FALSE(race.settled());
+    ASSERT_EQ(Choices(race.plan()), "RRKK");
+    EXPECT_TRUE(RunAgain(race, 1020, 640).applied);
+    ASSERT_TRUE(race.settled());
+    EXPECT_EQ(Choices(race.plan()), again < 1000 ? "ORKK" : "RRKK");
+    for (const RaceTrial& t : race.all_trials()) {
+      const std::string c = Choices(t.plan.plan);
+      EXPECT_EQ(t.step_ns, c == "ORKK" ? std::min(1100.0, again) : steps.at(c)) << c;
+      EXPECT_EQ(t.peak_bytes, c == "RRKK" ? 640 : 600) << c;  // the highest
+    }
+    EXPECT_EQ(race.all_trials().size(), 4u);  // merged, not added
+    for (int check = 0; check < 4; ++check) {
+      EXPECT_FALSE(race.Measured(again, 600).applied);
+    }
+    EXPECT_FALSE(race.Measuring(2 + 3 * 4 + 2 * 2 + 4));
+  }
+}
+
+// No rematch where the trial predicted faster measured more than 20% slower
+// (ORKK at 1250 against RRKK's 1000), nor for trials the model predicts
+// slower than the one kept (ROKK at 1010): the race settles on RRKK after
+// the candidates, as without the option.
+TEST(JointRaceTest, NoRematchForATrialClearlySlowerOrPredictedSlower) {
+  JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, 0, /*rematch=*/0.2);
+  race.set_calibrated(true);
+  ASSERT_OK(race.Start());
+  const std::map<std::string, double> steps = {
+      {"ORKK", 1250}, {"RRKK", 1000}, {"ROKK", 1010}, {"OOKK", 1300}};
+  for (int k = 0; k < 4; ++k) RunCandidate(race, steps.at(Choices(race.plan())), 600);
+  ASSERT_TRUE(race.settled());
+  EXPECT_EQ(Choices(race.plan()), "RRKK");
 }
 
 }  // namespace

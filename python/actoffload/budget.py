@@ -51,6 +51,8 @@ before the forward. Its life:
      where it cannot be, recompute-only for its smallest budget is tried
      last); where a faster plan measured over, plans like it are made for
      its predicted peak less its excess and raced against those that fit.
+     Before it settles, trials the model predicts faster than the one to
+     keep, measured up to REMATCH slower, run again in turn with it.
      The race is the engine's (_C.JointRace, engine/plan/joint_race.h):
      this module reports each measured step and peak and applies the plan
      it says.
@@ -91,6 +93,14 @@ _TOLERANCE = 0.02
 # fastest trial that fits, by more than this share is not run
 # (JointRaceOptions::prune).
 PRUNE = 0.15
+# Before the race settles, the trials the model predicts faster than the one
+# it would keep, measured at most this share slower, run REMATCH_RUNS times
+# more each (the first not counted), in turn with it; each keeps its least
+# step (JointRaceOptions::rematch). A step measured slow for reasons of the
+# moment otherwise stays: on an H200 the race measured a plan at 61.3 ms
+# that ran 51.6 ms after it, and kept one of 54.0 (run 108).
+REMATCH = 0.2
+REMATCH_RUNS = 2
 # The profile and the race compare like with like: an iteration whose units
 # took inputs of other sizes than in the first profile iteration (a batch of
 # another length: dynamic padding) is not measured. Its peak and step belong
@@ -368,6 +378,7 @@ class JointBudget:
             self._index, runs_per_candidate=RUNS_PER_CANDIDATE,
             checked_iterations=CHECKED_ITERATIONS,
             warmup_iterations=WARMUP_ITERATIONS, margin=_MARGIN, prune=PRUNE,
+            rematch=REMATCH, rematch_runs=REMATCH_RUNS,
             tolerance_bytes=min(getattr(self.probe, "granularity", 0),
                                 int(_TOLERANCE * self._budget_bytes)))
         self._race.start()

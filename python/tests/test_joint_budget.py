@@ -233,6 +233,52 @@ def test_warm_up_runs_each_candidate_and_keeps_one_that_fits(monkeypatch):
     assert len(joint._retired) <= 1 < len(joint._all_trials)
 
 
+def test_a_trial_predicted_faster_and_measured_a_little_slower_runs_again(monkeypatch):
+    # The race's rematch (budget.REMATCH; engine JointRaceOptions::rematch).
+    # The plan the model predicts fastest measures 10% slower than the
+    # others in its trial (a step slow for reasons of the moment); before
+    # the race settles it runs again, then the plan the race would keep, and
+    # it measures faster and is kept. Every step bit-identical, through the
+    # switches back to plans raced before.
+    monkeypatch.setattr(budget, "PRUNE", 1e9)  # every candidate runs
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, _ = make(model, 0.5, outside=0)
+    profile(model, x, ctx, reference)
+    joint = ctx.joint_budget
+    joint._race.calibrated = True  # the scripted steps follow no bandwidth
+    plans = [joint.plan] + joint.candidates
+    predicted = sorted(joint.predicted_step(p) for p in plans)
+    assert len(plans) >= 2 and predicted[0] < predicted[1]
+    fastest = tuple(min(plans, key=joint.predicted_step)["choice"])
+    ran = []
+
+    def step_ns(record):
+        choice = tuple(joint.plan["choice"])
+        if not joint._settled:
+            ran.append(choice)
+        if choice != fastest:
+            return 1e6
+        return 1.1e6 if ran.count(fastest) <= budget.RUNS_PER_CANDIDATE else 0.9e6
+    monkeypatch.setattr(joint._recorder, "step_ns", step_ns)
+    while joint.measuring:
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ran.count(fastest) == budget.RUNS_PER_CANDIDATE + budget.REMATCH_RUNS
+    # After the candidates' runs, the rematch: the fastest predicted first,
+    # the plan that would have been kept (another) last, each plan there
+    # REMATCH_RUNS times in a row.
+    again = budget.REMATCH_RUNS
+    start = [k for k, c in enumerate(ran) if c == fastest][budget.RUNS_PER_CANDIDATE]
+    rematch = ran[start:]
+    assert len(rematch) % again == 0 and len(rematch) >= 2 * again, ran
+    blocks = [rematch[k:k + again] for k in range(0, len(rematch), again)]
+    assert all(len(set(b)) == 1 for b in blocks), ran
+    assert blocks[0][0] == fastest != blocks[-1][0], ran
+    assert tuple(joint.plan["choice"]) == fastest
+    assert min(t[0] for t in joint._all_trials) == 0.9e6
+
+
 def test_the_kept_plan_is_checked_and_lowered_when_a_later_peak_is_over():
     model = Decoder()
     x = torch.randn(2, 32, 64)

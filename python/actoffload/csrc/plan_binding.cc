@@ -175,7 +175,8 @@ void BindJointRace(py::module& m) {
                        bool allow_offload, bool allow_recompute,
                        std::vector<int> index, int runs_per_candidate,
                        int checked_iterations, int warmup_iterations,
-                       double margin, double prune, int64_t tolerance_bytes) {
+                       double margin, double prune, int64_t tolerance_bytes,
+                       double rematch, int rematch_runs) {
              if (runs_per_candidate < 2) {
                throw py::value_error("runs_per_candidate must be at least 2");
              }
@@ -188,6 +189,8 @@ void BindJointRace(py::module& m) {
              options.margin = margin;
              options.prune = prune;
              options.tolerance_bytes = tolerance_bytes;
+             options.rematch = rematch;
+             options.rematch_runs = rematch_runs;
              return std::make_unique<offload::JointRace>(
                  std::move(costs), d2h_gbps, h2d_gbps, budget, outside,
                  allow_offload, allow_recompute, std::move(index), options);
@@ -198,7 +201,9 @@ void BindJointRace(py::module& m) {
            py::arg("runs_per_candidate") = 3, py::arg("checked_iterations") = 4,
            py::arg("warmup_iterations") = 24, py::arg("margin") = 0.01,
            py::arg("prune") = offload::JointRaceOptions{}.prune,
-           py::arg("tolerance_bytes") = offload::JointRaceOptions{}.tolerance_bytes)
+           py::arg("tolerance_bytes") = offload::JointRaceOptions{}.tolerance_bytes,
+           py::arg("rematch") = offload::JointRaceOptions{}.rematch,
+           py::arg("rematch_runs") = offload::JointRaceOptions{}.rematch_runs)
       .def("start", [](offload::JointRace& r) { ThrowIfError(r.Start()); })
       .def("measured",
            [](offload::JointRace& r, double step_ns, int64_t peak_bytes) {
