@@ -76,27 +76,24 @@ JointRace CheckpointOnlyFourUnits(int64_t budget, double margin) {
                    {0, 1, 2, 3}, options);
 }
 
-// Runs the plan in force runs_per_candidate times: first a run of 1 ns and
-// no peak (one that would win every race, were it counted), then `step`
-// and `peak`. What the last run changed.
-RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
+// Runs the plan in force `runs` times: first a run of 1 ns and no peak (one
+// that would win every race, were it counted), then `step` and `peak`.
+// What the last run changed.
+RaceStep Run(JointRace& race, int runs, double step, int64_t peak) {
   EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
   RaceStep last;
-  for (int i = 1; i < race.options().runs_per_candidate; ++i) {
-    last = race.Measured(step, peak);
-  }
+  for (int i = 1; i < runs; ++i) last = race.Measured(step, peak);
   return last;
 }
 
-// Runs the plan in force again in a rematch, rematch_runs times: as
-// RunCandidate, first a run of 1 ns and no peak, then `step` and `peak`.
+// A candidate's runs_per_candidate runs.
+RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
+  return Run(race, race.options().runs_per_candidate, step, peak);
+}
+
+// A rematch's rematch_runs runs of the plan in force again.
 RaceStep RunAgain(JointRace& race, double step, int64_t peak) {
-  EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
-  RaceStep last;
-  for (int i = 1; i < race.options().rematch_runs; ++i) {
-    last = race.Measured(step, peak);
-  }
-  return last;
+  return Run(race, race.options().rematch_runs, step, peak);
 }
 
 // Budget 700 for four 300-byte units at 1 B/ns: the joint plan and three

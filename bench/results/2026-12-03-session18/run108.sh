@@ -4,6 +4,6 @@ cd "$(dirname "$0")/snap"
 export PYTHONPATH=$PWD/python ACTOFFLOAD_BUILD_DIR=$PWD/build MAX_JOBS=16
 nvidia-smi --query-gpu=name --format=csv,noheader
 for f in 0.45 0.8; do
-  timeout 240 python -W ignore bench/results/2026-12-03-session18/trace_plans.py $OUT $f 2048 4096 32000 2.6875 sdpa > $OUT/log-$f.txt 2>&1
+  timeout 240 python -W ignore bench/results/2026-11-27-session10/trace_eager.py $OUT $f 2048 4096 32000 2.6875 sdpa > $OUT/log-$f.txt 2>&1
   tail -40 $OUT/log-$f.txt
 done
