@@ -389,11 +389,11 @@ class OffloadActivations:
         return False
 
     def _warn_if_unreached(self):
-        """Once per context, at the second forward (grad enabled, no
-        exception) that reached nothing while nothing was ever reached: no
-        unit began (and none ever did), or, without units and with
-        torch.compile in use, tensors were saved but none was offloaded in a
-        forward that followed a plan (and none ever was). The module called
+        """Once per context, where nothing was ever reached, at a forward
+        (grad enabled, no exception) that reached nothing: with units, the
+        second in which no unit began; without units and with torch.compile
+        in use, the first that followed a plan, saved tensors and offloaded
+        none. The module called
         is not the one given, or it was compiled whole. (A skipped batch, a
         forward with nothing in it, reaches nothing once; a training loop's
         other forwards do. Without units, the engine records each
