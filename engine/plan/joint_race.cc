@@ -195,10 +195,11 @@ RaceStep JointRace::Replan() {
   rematch_.clear();
   std::optional<JointPlan> plan =
       PlanFor(units_budget_, allow_offload_, allow_recompute_);
+  std::vector<RacePlan> candidates;
   if (plan.has_value()) {
     // The model's error is often larger than the candidates' difference:
     // each runs and the fastest that fits is kept.
-    std::vector<RacePlan> candidates = {Made(*plan, units_budget_)};
+    candidates = {Made(*plan, units_budget_)};
     for (auto [offload, recompute] :
          {std::pair(false, true), std::pair(true, false)}) {
       if ((offload && !allow_offload_) || (recompute && !allow_recompute_))
@@ -210,6 +211,13 @@ RaceStep JointRace::Replan() {
       }
     }
     if (allow_recompute_) AddFirstUnitsRecomputed(&candidates);
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [&](const RacePlan& c) {
+                                      return RanOutOfMemory(c.plan.choice);
+                                    }),
+                     candidates.end());
+  }
+  if (plan.has_value() && !candidates.empty()) {
     const double slowest = candidates.front().plan.step_ns * (1 + options_.prune);
     candidates.erase(
         std::remove_if(candidates.begin() + 1, candidates.end(),
@@ -247,7 +255,7 @@ RaceStep JointRace::Replan() {
   }
   units_budget_ = smallest_units;
   plan = PlanFor(smallest_units, allow_offload_, allow_recompute_);
-  if (plan.has_value()) {
+  if (plan.has_value() && !RanOutOfMemory(plan->choice)) {
     Apply(Made(*plan, smallest_units));
     out.applied = true;
   }
@@ -295,7 +303,10 @@ std::optional<RacePlan> JointRace::LastResort() {
   StatusOr<int64_t> least = SmallestJointBudget(Problem(1, false, true));
   if (!least.ok()) return std::nullopt;
   std::optional<JointPlan> plan = PlanFor(*least, false, true);
-  if (!plan.has_value() || ChoiceIn(*plan, all_trials_)) return std::nullopt;
+  if (!plan.has_value() || ChoiceIn(*plan, all_trials_) ||
+      RanOutOfMemory(plan->choice)) {
+    return std::nullopt;
+  }
   return Made(*std::move(plan), *least);
 }
 
@@ -454,19 +465,7 @@ RaceStep JointRace::KeepOrRaceOn() {
           static_cast<int64_t>(budget_ * options_.margin);
       if (lowered >= SmallestUnits()) {
         --lowerings_left_;
-        std::vector<RaceTrial> fitting;
-        for (const RaceTrial& t : trials_) {
-          if (t.peak_bytes <= Allowed()) fitting.push_back(t);
-        }
-        units_budget_ = lowered;
-        out = Replan();
-        trials_.insert(trials_.end(), fitting.begin(), fitting.end());
-        // A candidate already measured to fit runs no more.
-        candidates_.erase(
-            std::remove_if(candidates_.begin(), candidates_.end(),
-                           [&](const RacePlan& c) { return ChoiceIn(c.plan, fitting); }),
-            candidates_.end());
-        return out;
+        return LowerAndReplan(lowered);
       }
     }
     if (StartRematch(*best)) {

@@ -171,6 +171,28 @@ class JointRace {
   // REQUIRES: Start() succeeded.
   RaceStep Measured(double step_ns, int64_t peak_bytes);
 
+  // A run of plan() ran out of device memory (a measured iteration or a
+  // check), having reached `peak_bytes` above the forward's start: the
+  // allocator's peak before the allocation that failed, less than the plan
+  // needed. That plan never runs again and is never kept: its trials are
+  // dropped. Where `peak_bytes` is below the budget, the device cannot
+  // hold the budget, and the budget becomes `peak_bytes` (the returned
+  // warning says so). The units' budget is then lowered by the distance of
+  // `peak_bytes` from the budget (as it was) and the margin, and the race
+  // plans anew, the trials that fit kept; where it cannot be lowered, the
+  // race ends as when nothing measured fits (LastResort, KeepLowest).
+  // Sets a plan in force (applied), where one is left that has not run out
+  // of memory.
+  // Why: near the device's memory, a candidate measured over the budget is
+  // an out-of-memory error; a loop that catches it and skips the batch ran
+  // the same candidate again at each iteration until the warm-up ended.
+  // REQUIRES: Start() succeeded.
+  RaceStep OutOfMemory(int64_t peak_bytes);
+  // The choices of the plans that ran out of memory.
+  const std::vector<std::vector<UnitChoice>>& out_of_memory() const {
+    return out_of_memory_;
+  }
+
   // Whether iteration `iteration` (1 for the profile) is measured.
   bool Measuring(int iteration) const;
 
@@ -277,6 +299,11 @@ class JointRace {
   bool StartRematch(const RaceTrial& best);
   // The rematch runs of the plan in force are in: merged into its trials.
   void MergeRematchRuns();
+  // Whether a plan of `choice` ran out of memory (OutOfMemory).
+  bool RanOutOfMemory(const std::vector<UnitChoice>& choice) const;
+  // The units' budget lowered to `lowered` and the candidates planned
+  // again, the trials that fit kept (those candidates run no more).
+  RaceStep LowerAndReplan(int64_t lowered);
 
   // Drops the candidates at the front that the model predicts slower than
   // the fastest trial that fits by more than options_.prune.
@@ -314,6 +341,7 @@ class JointRace {
   bool rematching_ = false;          // the plan in force runs again
   int64_t recompute_excess_ = 0;
   int64_t selective_excess_ = 0;
+  std::vector<std::vector<UnitChoice>> out_of_memory_;  // never run again
 };
 
 }  // namespace offload

@@ -147,6 +147,7 @@ class JointBudget:
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._recorder = budget_record.Recorder(probe)  # fills _record
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
+        self._left_out = set()  # profile kinds that ran out of device memory
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
         self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
         self._interim = None  # (plan, loop) of the race's, while a longer batch runs its own
@@ -234,6 +235,7 @@ class JointBudget:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
         self._end_interim()
+        self._after_out_of_memory()
         self.apply_pending()
         self.iteration += 1
         if not self.measuring:
@@ -316,6 +318,46 @@ class JointBudget:
             self._take_refusal()
             self._apply(self._race.plan)
 
+    def _after_out_of_memory(self):
+        """At the next forward after a measured one that ran out of device
+        memory (a loop that caught torch.cuda.OutOfMemoryError and went
+        on): a plain profile iteration runs again, warned (the plan needs
+        one); a selective or recompute one is left out (the plan goes on
+        without its figures); the race's plan never runs again, and where
+        the device gave out within the budget, the budget comes down to
+        what it held (JointRace::OutOfMemory). Without this, the race ran
+        the same plan again at each forward until its warm-up ended."""
+        r, self._record = self._record, None
+        peak = None if r is None else self._recorder.out_of_memory(r)
+        if peak is None:
+            return
+        if r["profile"]:
+            kind = self._profiling()
+            if kind == "all":
+                warnings.warn(
+                    f"actoffload: the budget's profile iteration (nothing offloaded or "
+                    f"recomputed) ran out of device memory at {peak} bytes above the "
+                    "forward's start; the plan is made from one such step, and it runs "
+                    "again (a shorter batch for the first steps would fit: longer ones "
+                    "are planned for after it)", stacklevel=4)
+                return
+            self._left_out.add(kind)
+            warnings.warn(f"actoffload: the budget's {kind} profile iteration ran out of "
+                          f"device memory at {peak} bytes above the forward's start; the "
+                          f"plan is made without it", stacklevel=4)
+            if len(self._profiles) == len(self._profile_kinds()):
+                self._make_profile(*self._profiles)
+                self._start_race()
+            return
+        same_length = r["input"][0] == self._profiles[0]["input"][0]
+        if self._race is None or r.get("for_one") or not same_length:
+            return  # a plan for one longer batch, or the race's on another length
+        warning = self._race.out_of_memory(peak)
+        if warning is not None:
+            warnings.warn(warning, stacklevel=4)
+        self._take_refusal()
+        self._apply(self._race.plan)
+
     # --- profile, plan, calibration ---------------------------------------------
     def _recomputable(self, index):
         """Whether unit `index` may be re-run from its input: recompute is
@@ -338,13 +380,14 @@ class JointBudget:
         """The profile iterations, in order: "all" (every unit kept), then,
         where allowed, "selective" (every unit that may be, selectively)
         and "recompute" (every unit recomputed in full: what its forward
-        holds while it runs)."""
+        holds while it runs), but for those that ran out of device memory
+        (_after_out_of_memory)."""
         kinds = ["all"]
         if any(self._selective_allowed(i) for i in range(len(self.units))):
             kinds.append("selective")
         if any(self._recomputable(i) for i in range(len(self.units))):
             kinds.append("recompute")
-        return kinds
+        return [kind for kind in kinds if kind not in self._left_out]
 
     def _profiling(self):
         """The kind of profile iteration this forward is, or None once planned."""

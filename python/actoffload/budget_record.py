@@ -4,8 +4,9 @@ forward, filled at its units' boundaries and at its backward's.
 
 Per unit: the bytes allocated before and after its forward, its input's
 bytes, CUDA-event (or host clock) marks at its forward's start and end and
-at its backward's start; for the iteration, its start and end marks and
-its peak above the forward's start. A profile iteration ("profile": no
+at its backward's start; for the iteration, its start and end marks, its
+peak above the forward's start and the allocator's count of
+out-of-memory errors at its start. A profile iteration ("profile": no
 plan yet) also reads the allocator's peak per stretch of the step (the
 peak counter is read and reset at each boundary): each unit's forward,
 the head (from the last unit's forward's end to the units' backward) and
@@ -33,7 +34,7 @@ class Recorder:
         counter reset. `profile`: whether it is a profile iteration."""
         self.probe.reset_peak()
         n = len(units)
-        return {"start": self.clock.mark(),
+        return {"start": self.clock.mark(), "ooms": self._ooms(),
                 "base": self.probe.allocated(), "before": [0] * n, "after": [0] * n,
                 "input": [0] * n, "fwd": [None] * n, "fwd_end": [None] * n,
                 "bwd": [None] * n, "end": None, "peak": None, "versions": [None] * n,
@@ -93,6 +94,7 @@ class Recorder:
             else:
                 r["backward_peak"][r["last_bwd"]] = top
             r["last_bwd"] = index
+        if r["profile"] or r["ooms"] is not None:
             r["bwd_allocated"][index] = self.probe.allocated() - r["base"]
         first = not r.get("queued")
         r["queued"] = True
@@ -109,6 +111,24 @@ class Recorder:
         else:
             r["peak"] = self.probe.peak() - r["base"]
         return r["peak"]
+
+    def _ooms(self):
+        ooms = getattr(self.probe, "ooms", None)
+        return None if ooms is None else ooms()
+
+    def out_of_memory(self, r):
+        """Where `r`'s iteration ran out of device memory (its pass did not
+        end, and the allocator raised an out-of-memory error since it
+        began): the most it was seen to hold above the forward's start,
+        less than it needed; else None. That is the allocator's peak, read
+        after the error, or, where the caller reset it since (a loop that
+        resets it before each step), the most allocated at the iteration's
+        unit boundaries."""
+        if r["end"] is not None or r["ooms"] is None or self._ooms() <= r["ooms"]:
+            return None
+        seen = [a - r["base"] for a in r["before"] + r["after"] if a] + [
+            a for a in r["bwd_allocated"] if a is not None]
+        return max([r["top"], self.probe.peak() - r["base"]] + seen)
 
     def step_ns(self, r):
         """The iteration's step, forward's start to backward's end, in ns."""

@@ -26,6 +26,11 @@ class MemoryProbe:
     def reset_peak(self):
         torch.cuda.reset_peak_memory_stats(self.device)
 
+    def ooms(self):
+        """How many out-of-memory errors the allocator has raised. (A
+        probe without this method: none are looked for.)"""
+        return torch.cuda.memory_stats(self.device).get("num_ooms", 0)
+
 
 class Clock:
     """Timestamps on the current CUDA stream (events), or the host's clock."""

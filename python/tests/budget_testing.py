@@ -23,7 +23,12 @@ class ScriptedProbe:
     until its backward. With `per_recompute`, a planned peak reads instead
     what the profiled units predict for the plan, plus that many bytes per
     unit recomputed in full (what the model leaves out: JointRace::FitExcess),
-    plus `over`."""
+    plus `over`. With `capacity`, a step whose peak would pass it raises
+    torch.cuda.OutOfMemoryError where `out_of_memory` says ("forward": as
+    the last unit's forward ends; "backward": as the units' backward
+    begins), counted in ooms(); the peak then reads the capacity until it is reset
+    (and what is allocated never reads more),
+    and what the step held is let go, as when the exception drops its graph."""
 
     def __init__(self, unit_bytes, outside, glue=0, selective_bytes=None):
         self.unit_bytes = unit_bytes
@@ -38,8 +43,31 @@ class ScriptedProbe:
         self.held = []     # (unit, bytes) allocated until its backward, forward order
         self.in_backward = False
         self.ctx = None    # the OffloadActivations whose plan the device follows
+        self.capacity = None
+        self.out_of_memory = "backward"
+        self.raised = 0    # out-of-memory errors
+        self.reached = None  # the peak since an out-of-memory error
+
+    def ooms(self):
+        return self.raised
+
+    def _check_capacity(self, where):
+        if self.capacity is None or where != self.out_of_memory:
+            return
+        if where == "backward":
+            self.in_backward = True  # the peak as it would be in the backward
+        peak = self.peak()
+        self.in_backward = False
+        if peak > self.capacity:
+            self.raised += 1
+            self.reached = self.capacity  # the peak reads what it held
+            self.now -= sum(left for _, left in self.held) + self.glued
+            self.held, self.glued = [], 0
+            raise torch.cuda.OutOfMemoryError(
+                f"scripted: {peak} bytes asked of a device of {self.capacity}")
 
     def watch(self, units):
+        self.units = len(units)
         for index, unit in enumerate(units):
             unit.register_forward_hook(self._forward_ended(index))
             if index > 0:
@@ -64,9 +92,13 @@ class ScriptedProbe:
             tensor = _common.first_grad_tensor(output)
             if tensor is not None:
                 tensor.register_hook(lambda grad: self._backward_begins(index))
+            if index == self.units - 1:
+                self._check_capacity("forward")
         return hook
 
     def _backward_begins(self, index):
+        if not self.in_backward:
+            self._check_capacity("backward")
         while self.held and self.held[-1][0] > index:  # their backward has run
             self.now -= self.held.pop()[1]
         if not self.in_backward:
@@ -82,9 +114,11 @@ class ScriptedProbe:
         self.held, self.glued = [], 0
 
     def allocated(self):
-        return self.now
+        return self.now if self.capacity is None else min(self.now, self.capacity)
 
     def peak(self):
+        if self.reached is not None:
+            return self.reached
         joint = self.ctx.joint_budget if self.ctx is not None else None
         if joint is not None and joint.plan is not None and self.per_recompute is not None:
             d2h, h2d = joint.bandwidths
@@ -98,6 +132,7 @@ class ScriptedProbe:
 
     def reset_peak(self):
         self.top = self.now
+        self.reached = None
 
 
 class Attention(torch.nn.Module):

@@ -210,6 +210,13 @@ void BindJointRace(py::module& m) {
              return WarningOf(r.Measured(step_ns, peak_bytes));
            },
            py::arg("step_ns"), py::arg("peak_bytes"))
+      .def("out_of_memory",
+           [](offload::JointRace& r, int64_t peak_bytes) {
+             return WarningOf(r.OutOfMemory(peak_bytes));
+           },
+           "OutOfMemory: the plan in force ran out of device memory at "
+           "`peak_bytes` above the forward's start; returns a warning or None",
+           py::arg("peak_bytes"))
       .def("measuring", &offload::JointRace::Measuring, py::arg("iteration"))
       .def("warm_up_ended", &offload::JointRace::WarmUpEnded,
            py::arg("iteration"))

@@ -1,0 +1,112 @@
+"""The memory budget (budget.py) at the device's edge, on the CPU and the
+simulated GPU with a scripted probe whose device raises
+torch.cuda.OutOfMemoryError past a capacity (budget_testing.ScriptedProbe):
+a training loop that catches the error and skips the batch goes on, the
+plan that failed never runs again, and the budget comes down to what the
+device held (engine/plan/joint_race.h: JointRace::OutOfMemory)."""
+
+import warnings
+
+import pytest
+import torch
+
+from actoffload import budget
+from budget_testing import Decoder, make, profile, seeded_step
+from models import assert_identical
+
+
+def _loop(model, x, ctx, steps):
+    """`steps` seeded steps, each skipped where the device runs out of
+    memory (as a trainer's loop that catches it does). Returns what each
+    step gave (None where skipped), the plan in force at each forward, and
+    the warnings."""
+    joint = ctx.joint_budget
+    forwards = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args: forwards.append(tuple(joint.plan["choice"])
+                                             if joint.plan is not None else None))
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            try:
+                results.append(seeded_step(model, x, ctx))
+            except torch.cuda.OutOfMemoryError:
+                results.append(None)
+    handle.remove()
+    return results, forwards, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_race_plan_out_of_memory_never_runs_again_and_the_budget_comes_down(where):
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.9)
+    profile(model, x, ctx, reference)
+    joint = ctx.joint_budget
+    budget_bytes = joint.budget_bytes
+    # The race's first plan does not fit this device, within the budget.
+    probe.capacity = joint.plan["peak_bytes"] - 1
+    probe.out_of_memory = where
+    steps = budget.WARMUP_ITERATIONS
+    results, forwards, caught = _loop(model, x, ctx, steps)
+    failed = {forwards[i] for i, r in enumerate(results) if r is None}
+    assert failed, "the first plan ran out of memory"
+    for i, r in enumerate(results):
+        if r is None:  # that plan never runs again
+            assert forwards[i] not in forwards[i + 1:], (i, forwards)
+        else:
+            assert_identical(reference, r)
+    assert sum(r is None for r in results) == len(failed) <= 3
+    assert any("cannot hold that budget" in m for m in caught), caught
+    assert joint._settled
+    assert joint.budget_bytes <= probe.capacity < budget_bytes
+    assert probe.peak() <= probe.capacity
+    # Steady state: no more errors, bit-identical.
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))
+
+
+def test_a_plain_profile_iteration_out_of_memory_is_warned_about_and_runs_again():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.6)
+    probe.capacity = 1
+    results, _, caught = _loop(model, x, ctx, 2)
+    assert results == [None, None]
+    assert sum("profile iteration (nothing offloaded or recomputed) ran out of device "
+               "memory" in m for m in caught) == 1, caught  # the second is told at the third
+    assert ctx.joint_budget.plan is None
+    probe.capacity = None
+    with pytest.warns(UserWarning, match="profile iteration .* ran out of device memory"):
+        profile(model, x, ctx, reference)
+    for _ in range(budget.WARMUP_ITERATIONS):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert ctx.joint_budget._settled
+
+
+def test_a_recompute_profile_iteration_out_of_memory_is_left_out():
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.6)
+    joint = ctx.joint_budget
+    while joint._profiling() != "recompute":
+        assert_identical(reference, seeded_step(model, x, ctx))
+    probe.capacity = 1
+    results, _, _ = _loop(model, x, ctx, 1)
+    assert results == [None]
+    probe.capacity = None
+    with pytest.warns(UserWarning, match="recompute profile iteration ran out of device "
+                                         "memory .* the plan is made without it"):
+        got = seeded_step(model, x, ctx)
+    assert_identical(reference, got)
+    assert joint.plan is not None and "recompute" not in joint._profile_kinds()
+    # Without the figures of that iteration, a re-run is charged its forward.
+    units = [joint.profile["units"][p] for p in joint._index]
+    assert all("recompute_forward_transient_bytes" not in u for u in units), units
+    for _ in range(budget.WARMUP_ITERATIONS):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    assert joint._settled
