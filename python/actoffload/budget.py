@@ -318,6 +318,12 @@ class JointBudget:
             self._take_refusal()
             self._apply(self._race.plan)
 
+    def forward_raised(self):
+        """At the context's exit by an exception: a measured forward reads
+        the allocator's peak (what an out-of-memory error held)."""
+        if self._record is not None:
+            self._recorder.forward_raised(self._record)
+
     def _after_out_of_memory(self):
         """At the next forward after a measured one that ran out of device
         memory (a loop that caught torch.cuda.OutOfMemoryError and went

@@ -116,16 +116,27 @@ class Recorder:
         ooms = getattr(self.probe, "ooms", None)
         return None if ooms is None else ooms()
 
+    def forward_raised(self, r):
+        """`r`'s forward raised: the allocator's peak then, above the
+        forward's start (an out-of-memory error's is what the step held
+        when it failed; the caller may reset the counter before the next
+        forward)."""
+        r["raised_peak"] = max(r["top"], self.probe.peak() - r["base"])
+
     def out_of_memory(self, r):
         """Where `r`'s iteration ran out of device memory (its pass did not
         end, and the allocator raised an out-of-memory error since it
         began): the most it was seen to hold above the forward's start,
-        less than it needed; else None. That is the allocator's peak, read
-        after the error, or, where the caller reset it since (a loop that
-        resets it before each step), the most allocated at the iteration's
-        unit boundaries."""
+        less than it needed; else None. For an error in the forward, that
+        is the allocator's peak as the forward raised (forward_raised). In
+        the backward, nothing of ours runs after the error: the allocator's
+        peak read now, but at least the most allocated at the iteration's
+        unit boundaries (a loop may reset the peak before each step; the
+        forward's end holds everything it saved)."""
         if r["end"] is not None or r["ooms"] is None or self._ooms() <= r["ooms"]:
             return None
+        if "raised_peak" in r:
+            return r["raised_peak"]
         seen = [a - r["base"] for a in r["before"] + r["after"] if a] + [
             a for a in r["bwd_allocated"] if a is not None]
         return max([r["top"], self.probe.peak() - r["base"]] + seen)

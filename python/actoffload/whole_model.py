@@ -358,6 +358,8 @@ class OffloadActivations:
             return False
         if self._joint is not None:
             self._joint.lengths.unwatch()
+            if exc_type is not None:
+                self._joint.forward_raised()
         if self._take_down_forward(exc_type, exc, tb):
             return False  # lean: the engine sat this forward out
         if exc_type is not None:
