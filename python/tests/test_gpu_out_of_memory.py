@@ -41,7 +41,7 @@ def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_ho
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + room) / total)
     skipped, ran = 0, 0
     try:
-        with pytest.warns(UserWarning, match="cannot hold that budget"):
+        with pytest.warns(UserWarning, match="cannot hold that budget") as told:
             for _ in range(budget.WARMUP_ITERATIONS):
                 try:
                     got_loss, got_grads, _ = step(model, ids, ctx)
@@ -51,6 +51,8 @@ def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_ho
                 ran += 1
                 assert torch.equal(loss, got_loss)
                 assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+        print(f"skipped {skipped}, ran {ran}, room {room}; warned:",
+              *sorted({str(w.message) for w in told}), ctx.budget_plan(), sep="\n")
         assert skipped >= 1 and ran > skipped, (skipped, ran, ctx.budget_plan())
         assert joint._settled, ctx.budget_plan()
         assert joint.budget_bytes <= room, (joint.budget_bytes, room)
