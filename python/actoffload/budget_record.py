@@ -120,8 +120,14 @@ class Recorder:
         """`r`'s forward raised: the allocator's peak then, above the
         forward's start (an out-of-memory error's is what the step held
         when it failed; the caller may reset the counter before the next
-        forward)."""
+        forward); the arguments it holds let go."""
         r["raised_peak"] = max(r["top"], self.probe.peak() - r["base"])
+        # A unit that raised holds its arguments here (unit_ends never ran):
+        # through them, the failed forward's graph and all it saved would
+        # live until the next forward (run 114: 370 MiB after an
+        # out-of-memory error, which the retried step could not use).
+        r["versions"] = [None] * len(r["versions"])
+        r["buffers"] = [None] * len(r["buffers"])
 
     def out_of_memory(self, r):
         """Where `r`'s iteration ran out of device memory (its pass did not

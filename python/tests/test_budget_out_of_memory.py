@@ -110,3 +110,56 @@ def test_a_recompute_profile_iteration_out_of_memory_is_left_out():
     for _ in range(budget.WARMUP_ITERATIONS):
         assert_identical(reference, seeded_step(model, x, ctx))
     assert joint._settled
+
+
+class _Marker:
+    pass
+
+
+class _Tagged(torch.autograd.Function):
+    """The identity, whose graph node holds a marker: while the marker
+    lives, so does the graph (and whatever it saved)."""
+
+    @staticmethod
+    def forward(ctx, x, marker):
+        ctx.marker = marker
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def test_a_forward_that_raises_inside_a_unit_lets_its_graph_go_at_once():
+    # The out-of-memory error comes inside a unit's forward, after the
+    # budget took its arguments: the failed forward's graph, and all it
+    # saved, must not live until the next forward (the retried step needs
+    # that memory).
+    import gc
+    import weakref
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.9)
+    profile(model, x, ctx, reference)
+    markers = []
+
+    def tag(module, args, output):
+        markers.append(_Marker())
+        return _Tagged.apply(output, markers[-1])
+
+    def boom(*args, **kwargs):
+        probe.raised += 1
+        raise torch.cuda.OutOfMemoryError("scripted, inside a unit")
+
+    handle = model.embed.register_forward_hook(tag)
+    model.layers[2].mlp.forward = boom
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        seeded_step(model, x, ctx)
+    del model.layers[2].mlp.forward
+    handle.remove()
+    marker = weakref.ref(markers.pop())
+    gc.collect()
+    assert marker() is None, "the failed forward's graph is alive"
+    for _ in range(3):
+        assert_identical(reference, seeded_step(model, x, ctx))

@@ -35,8 +35,12 @@ def failed_step(model, ids, ctx, label):
     a1 = torch.cuda.memory_allocated()
     gc.collect()
     a2 = torch.cuda.memory_allocated()
+    record = None if ctx is None else ctx.joint_budget._record
+    held = 0 if record is None else sum(
+        t.untyped_storage().nbytes() for v in record["versions"] if v for t, _ in v)
     print(f"{label}: OOM in {where}; allocated before {a0 / MiB:.0f} MiB, after the "
-          f"except {a1 / MiB:.0f}, after gc.collect() {a2 / MiB:.0f}", flush=True)
+          f"except {a1 / MiB:.0f}, after gc.collect() {a2 / MiB:.0f}; the record holds "
+          f"{held / MiB:.0f} MiB of arguments", flush=True)
 
 
 torch.use_deterministic_algorithms(True, warn_only=True)
