@@ -8,7 +8,8 @@ Three front doors over one engine (the repository's engine/):
   - FineGrainedOffloader: Megatron-LM's fine-grained, named-group calls for
     one pipeline rank (fine_grained.py).
 Errors raise actoffload.OffloadError (a RuntimeError) with the engine's
-message. The engine is compiled at first use (see _build.py) unless
+message; where the device's memory ran out, actoffload.OffloadOutOfMemoryError,
+which is also a torch.cuda.OutOfMemoryError. The engine is compiled at first use (see _build.py) unless
 installed with `pip install --no-build-isolation ./python`.
 """
 
@@ -20,14 +21,14 @@ from ._common import new_session
 
 
 def __getattr__(name):
-    # The exception class lives in the compiled module; built on first use.
-    if name == "OffloadError":
+    # The exception classes live in the compiled module; built on first use.
+    if name in ("OffloadError", "OffloadOutOfMemoryError"):
         from ._common import ext
-        return ext().OffloadError
+        return getattr(ext(), name)
     raise AttributeError(name)
 
 
 __all__ = ["get_cpu_offload_context", "mark_not_offload", "start_offload",
            "OffloadActivations", "NoOpManager", "get_act_offloading_ctx_manager",
            "FineGrainedOffloader", "find_layers",
-           "new_session", "OffloadError"]
+           "new_session", "OffloadError", "OffloadOutOfMemoryError"]

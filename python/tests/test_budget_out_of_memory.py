@@ -163,3 +163,30 @@ def test_a_forward_that_raises_inside_a_unit_lets_its_graph_go_at_once():
     assert marker() is None, "the failed forward's graph is alive"
     for _ in range(3):
         assert_identical(reference, seeded_step(model, x, ctx))
+
+
+def test_the_engines_device_out_of_memory_error_is_torchs_class():
+    # The engine's own allocations (a reload's buffers; on the simulated
+    # GPU, each pushed tensor's mirror) failing for want of device memory
+    # raise an OffloadError that is also a torch.cuda.OutOfMemoryError: a
+    # loop that catches that class to skip a batch catches it (run 115: a
+    # reload's error escaped such a loop). Other engine errors stay
+    # OffloadErrors only.
+    import actoffload
+    session = actoffload.new_session("sim", sim_device_bytes=1 << 14)
+    ctx = actoffload.OffloadActivations(session=session, min_offload_size=1024)
+    with pytest.raises(torch.cuda.OutOfMemoryError) as raised:
+        with ctx:
+            ctx.offloader.pack(torch.randn(128, 128, requires_grad=True) * 2)
+    assert isinstance(raised.value, actoffload.OffloadError)
+    assert isinstance(raised.value, actoffload.OffloadOutOfMemoryError)
+    assert "RESOURCE_EXHAUSTED: AllocateDevice" in str(raised.value)
+    fg = actoffload.FineGrainedOffloader(["mlp"], min_offload_size=1024, backend="sim")
+    x = torch.randn(64, 64, requires_grad=True)
+    with fg.chunk(0, 0):
+        h = fg.group_commit(torch.tanh(fg.group_start(x, "mlp")), "mlp")
+    with pytest.raises(actoffload.OffloadError, match="FAILED_PRECONDITION") as other:
+        fg.finish_iteration()  # its backward has not run
+    assert not isinstance(other.value, torch.cuda.OutOfMemoryError)
+    h.sum().backward()
+    fg.finish_iteration()

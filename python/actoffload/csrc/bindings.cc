@@ -160,7 +160,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace actoffload;
   namespace py = pybind11;
   m.doc() = "The activation offloading engine (C++), for actoffload.";
-  py::register_exception<EngineError>(m, "OffloadError", PyExc_RuntimeError);
+  py::exception<EngineError>& offload_error =
+      py::register_exception<EngineError>(m, "OffloadError", PyExc_RuntimeError);
+  {
+    // An OffloadError and a torch.cuda.OutOfMemoryError (session.h:
+    // EngineOutOfMemoryError). Translators registered later are tried first.
+    py::object torch_oom =
+        py::module_::import("torch").attr("cuda").attr("OutOfMemoryError");
+    py::tuple bases = py::make_tuple(offload_error, torch_oom);
+    static PyObject* out_of_memory = PyErr_NewException(
+        "actoffload.OffloadOutOfMemoryError", bases.ptr(), nullptr);
+    m.attr("OffloadOutOfMemoryError") = py::handle(out_of_memory);
+    py::register_exception_translator([](std::exception_ptr error) {
+      try {
+        if (error) std::rethrow_exception(error);
+      } catch (const EngineOutOfMemoryError& e) {
+        PyErr_SetString(out_of_memory, e.what());
+      }
+    });
+  }
 #ifdef ACTOFFLOAD_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -53,12 +53,34 @@ class EngineError : public std::runtime_error {
       : std::runtime_error(status.ToString()) {}
 };
 
+// Thrown for a status that says the device's memory ran out (the engine's
+// AllocateDevice found none: a reload's buffers, the caching allocator's
+// own out-of-memory error underneath). The binding turns it into
+// actoffload.OffloadOutOfMemoryError: an OffloadError and a
+// torch.cuda.OutOfMemoryError, the class a training loop catches to skip a
+// batch (run 115: a reload's out-of-memory error escaped such a loop as an
+// OffloadError alone).
+class EngineOutOfMemoryError : public EngineError {
+ public:
+  using EngineError::EngineError;
+};
+
+inline bool DeviceOutOfMemory(const offload::Status& status) {
+  return status.code() == offload::StatusCode::kResourceExhausted &&
+         status.message().find("AllocateDevice") != std::string::npos;
+}
+
+[[noreturn]] inline void Throw(const offload::Status& status) {
+  if (DeviceOutOfMemory(status)) throw EngineOutOfMemoryError(status);
+  throw EngineError(status);
+}
+
 inline void ThrowIfError(const offload::Status& status) {
-  if (!status.ok()) throw EngineError(status);
+  if (!status.ok()) Throw(status);
 }
 template <typename T>
 T ValueOrThrow(offload::StatusOr<T> value) {
-  if (!value.ok()) throw EngineError(value.status());
+  if (!value.ok()) Throw(value.status());
   return std::move(value).value();
 }
 
