@@ -301,6 +301,10 @@ class JointRace {
   void MergeRematchRuns();
   // Whether a plan of `choice` ran out of memory (OutOfMemory).
   bool RanOutOfMemory(const std::vector<UnitChoice>& choice) const;
+  // The joint plan for the units' budget goes first among the candidates,
+  // where its choice has not been raced, is not a candidate and did not run
+  // out of memory (after the bandwidths or the excesses were fitted anew).
+  void RaceJointPlanFirst();
   // The units' budget lowered to `lowered` and the candidates planned
   // again, the trials that fit kept (those candidates run no more).
   RaceStep LowerAndReplan(int64_t lowered);

@@ -66,7 +66,8 @@ import warnings
 
 import torch
 
-from . import _common, budget_lengths, budget_profile, budget_record, recompute
+from . import (_common, budget_lengths, budget_profile, budget_record, budget_report,
+               recompute)
 from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
 from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
@@ -539,45 +540,13 @@ class JointBudget:
         return self.owner.offloader
 
     def predicted_step(self, plan):
-        """The model's step for the plan's choice, in ns, with the copy
-        bandwidths in force (fitted after a plan that offloads ran)."""
-        d2h, h2d = self.bandwidths
-        again = _common.ext().evaluate_joint(
-            self.model_units, d2h, h2d, self._units_budget,
-            list(plan["choice"]), True)
-        return plan["step_ns"] if again is None else again["step_ns"]
+        """The model's step for the plan's choice, in ns (budget_report)."""
+        return budget_report.predicted_step(self, plan)
 
     def limit(self):
-        """The plan's limit (_C.joint_limit, engine/plan/joint_limit.h): the least
-        step, in ns, any keep / offload / recompute choice of the same units
-        can have within the units' budget, from the same profile and the
-        excesses the race measured (`model_units`); None
-        before the plan or beyond the limit's reach (14 units, 3**14
-        choices: kJointLimitMaxChoices)."""
-        if self.plan is None or len(self.profile["units"]) > 14:
-            return None
-        choices = 1
-        for u in self.profile["units"]:
-            offload = self.allow_offload and u.get("offloadable", True)
-            selective = self.allow_recompute and u.get("selective", False)
-            choices *= (1 + offload + (self.allow_recompute and u["recomputable"])
-                        + selective + (selective and offload))
-        if choices > 3 ** 14:
-            return None
-        d2h, h2d = self.bandwidths
-        result = _common.ext().joint_limit(
-            self.model_units, d2h, h2d, self._units_budget,
-            self.allow_offload, self.allow_recompute)
-        return None if result is None else result["step_ns"]
+        """The plan's limit in ns, or None (budget_report.limit)."""
+        return budget_report.limit(self)
 
     def describe(self):
         """The plan as a table, with the profile's figures and the budget."""
-        if self.plan is None:
-            return ""
-        return (f"budget {self.budget_bytes} bytes: {self.profile['outside']} beside "
-                f"the units throughout, {self._units_budget} for them and the head "
-                f"(the last unit, {self.profile['head']} bytes at its peak); copies "
-                f"{self.bandwidths[0]:.1f} GB/s to host, {self.bandwidths[1]:.1f} back; "
-                f"measured above the profile: {self.excess[0]} bytes per recomputed "
-                f"unit, {self.excess[1]} per selective one\n"
-                + self.plan["text"])
+        return budget_report.describe(self)
