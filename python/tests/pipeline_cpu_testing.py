@@ -394,7 +394,7 @@ def _child(rank, scenario, store, out_dir):
         dist.init_process_group("gloo", init_method="file://" + store, rank=rank,
                                 world_size=PP, timeout=timedelta(seconds=GLOO_TIMEOUT_S))
         try:
-            result = SCENARIOS[scenario](rank)
+            result = (SCENARIOS[scenario] if isinstance(scenario, str) else scenario)(rank)
         finally:
             dist.destroy_process_group()
         payload = ("ok", result)
@@ -408,9 +408,12 @@ def _child(rank, scenario, store, out_dir):
 
 
 def run_two_ranks(scenario, tmp_path):
-    """Runs `scenario` on ranks 0 and 1; [result of rank 0, of rank 1]. A
-    child's exception fails the test with its traceback; a child still
-    running at the deadline (a hang) is killed and fails it."""
+    """Runs `scenario` (a name in SCENARIOS, or a function of the rank
+    defined at a module's top level, which the children import) on ranks 0
+    and 1; [result of rank 0, of rank 1]. A child's exception fails the test
+    with its traceback; a child still running at the deadline (a hang) is
+    killed and fails it."""
+    name = scenario if isinstance(scenario, str) else scenario.__name__
     if dist is None or not dist.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
     if not dist.is_gloo_available():
@@ -420,8 +423,8 @@ def run_two_ranks(scenario, tmp_path):
     from actoffload import _common
     _common.ext()  # built here, once, before both children load it
     ctx = multiprocessing.get_context("spawn")
-    store = str(tmp_path / f"{scenario}.store")
-    out_dir = tmp_path / scenario
+    store = str(tmp_path / f"{name}.store")
+    out_dir = tmp_path / name
     out_dir.mkdir()
     procs = [ctx.Process(target=_child, args=(rank, scenario, store, str(out_dir)),
                          daemon=True) for rank in range(PP)]
@@ -455,5 +458,5 @@ def run_two_ranks(scenario, tmp_path):
             failures.append(f"rank {rank} raised:\n{value}")
         results.append(value)
     if failures:
-        pytest.fail(f"scenario {scenario!r}:\n" + "\n".join(failures), pytrace=False)
+        pytest.fail(f"scenario {name!r}:\n" + "\n".join(failures), pytrace=False)
     return results
