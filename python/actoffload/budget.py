@@ -251,6 +251,7 @@ class JointBudget:
             self._record = None
             return
         self._record = self._recorder.begin(self.units, profile=self.plan is None)
+        self._record["choice"] = None if self.plan is None else self.plan["choice"]
 
     def lean(self):
         """After begin_forward: whether this forward needs nothing of the
@@ -312,6 +313,11 @@ class JointBudget:
             # race's on another length: the race waits for a like batch.
             self._other_shapes += 1
         elif self.plan is not None:
+            if record["choice"] != self._race.plan["choice"]:
+                # A forward of a plan the race has left since: several
+                # forwards before one backward, the first one's end made
+                # the race move on (its measurement is not the new plan's).
+                return
             step = self._recorder.step_ns(record)
             warning = self._race.measured(step, record["peak"])
             if warning is not None:

@@ -5,7 +5,9 @@ outer checkpoint around the units (Hugging Face's gradient checkpointing;
 compiled units too), the lean steady state
 (a settled plan that offloads nothing) under those patterns, and the
 engine's saved-tensor hooks in force only inside the units a plan
-offloads. Units never re-run, or re-run without a cache:
+offloads; several forwards per step, each in its own context (gradient
+accumulation, two views in one backward, three forwards measured for the
+plan they ran). Units never re-run, or re-run without a cache:
 test_budget_reruns.py. Batches of varying length: test_budget_lengths.py."""
 
 import contextlib
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 import actoffload
-from actoffload import _common
+from actoffload import _common, budget
 from budget_testing import CheckpointedDecoder, Decoder, compile_layers, make, seeded_step
 from models import assert_identical
 
@@ -410,3 +412,95 @@ def test_under_an_outer_checkpoint_its_hooks_win_over_the_engines():
         assert_identical(reference, seeded_step(model, x, ctx))
     assert "offload" in ctx.joint_budget.unit_choices(ctx.joint_budget.plan)
     assert not any(seen.values()), seen
+
+
+def _accumulated(model, ctx, batches, together):
+    """One optimizer step's gradients: each of `batches` through the model,
+    inside its own `with ctx` when given; with `together`, one backward of
+    their summed losses (a contrastive loss over two views), else one
+    backward each, accumulating into .grad (gradient accumulation)."""
+    torch.manual_seed(7)
+    for p in model.parameters():
+        p.grad = None
+    losses = []
+    for x in batches:
+        with ctx if ctx is not None else contextlib.nullcontext():
+            out = model(x)
+        loss = (out ** 2).mean() / len(batches)
+        if together:
+            losses.append(loss)
+        else:
+            loss.backward()
+    if together:
+        sum(losses).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["accumulated", "one_backward"])
+def test_several_forwards_per_step_each_in_its_own_context(together):
+    # Gradient accumulation (four micro-batches, a backward each) and two
+    # views whose losses meet in one backward (SPEC §7.4), each forward
+    # entering the context on its own, from the profile through the race
+    # to the steady state: every step bit-identical, the race settled.
+    model = Decoder()
+    batches = [torch.randn(2, 32, 64) for _ in range(4 if not together else 2)]
+    ctx, _ = make(model, 0.6)
+    steps = 0
+    while ctx.joint_budget.measuring or steps < 3:
+        steps = steps + 1 if not ctx.joint_budget.measuring else 0
+        reference = _accumulated(model, None, batches, together)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _accumulated(model, ctx, batches, together)
+        assert _same(reference, got)
+    assert ctx.joint_budget._settled
+    assert set(ctx.joint_budget.unit_choices(ctx.joint_budget.plan)) != {"keep"}
+
+
+class _MeasuredSpy:
+    """The budget's race (_C.JointRace), each measured() call checked: the
+    race's plan then must be the one the step's forwards ran (`ran`)."""
+
+    def __init__(self, race):
+        self.__dict__.update(race=race, ran=None, calls=0)
+
+    def __getattr__(self, name):
+        return getattr(self.race, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.race, name, value)
+
+    def measured(self, step_ns, peak):
+        assert self.race.plan["choice"] == self.ran, "measured for a plan that did not run"
+        self.__dict__["calls"] += 1
+        return self.race.measured(step_ns, peak)
+
+
+def test_three_forwards_before_one_backward_are_measured_for_the_plan_they_ran():
+    # Each forward enters the context on its own; the first one's pass end
+    # may move the race to its next plan, and the other two, which ran the
+    # plan before, are not measured for the new one.
+    model = Decoder()
+    batches = [torch.randn(2, 32, 64) for _ in range(3)]
+    ctx, _ = make(model, 0.6)
+    joint = ctx.joint_budget
+    while joint.plan is None:
+        _accumulated(model, ctx, batches[:1], True)
+    joint._race = spy = _MeasuredSpy(joint._race)
+    reference = _accumulated(model, None, batches, True)
+    for _ in range(budget.WARMUP_ITERATIONS):
+        torch.manual_seed(7)
+        for p in model.parameters():
+            p.grad = None
+        outs = []
+        for x in batches:
+            with ctx:
+                outs.append(model(x))
+        spy.__dict__["ran"] = joint.plan["choice"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sum((out ** 2).mean() / 3 for out in outs).backward()
+        assert _same(reference, [p.grad for p in model.parameters()])
+        if joint._settled and not joint.measuring:
+            break
+    assert joint._settled and spy.calls >= 3
