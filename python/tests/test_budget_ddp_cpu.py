@@ -4,7 +4,7 @@ with two gloo processes, the simulated GPU and a scripted probe
 budget_fraction=...) finds the units inside the wrapper, each rank profiles
 and races on its own, and every step's loss and averaged gradients are
 bit-identical to the same DDP model without the context, through the
-profile, the race's plan switches and the steady state. The two-process
+profile, the race and the steady state. The two-process
 launcher is pipeline_cpu_testing.run_two_ranks."""
 
 import copy
@@ -48,7 +48,8 @@ def test_a_budget_under_ddp_is_bit_identical_on_both_ranks(tmp_path):
     for result in results:
         assert result["units"] == ["Layer"] * 4 and result["inside"], result["units"]
         assert result["settled"]
-        assert len(set(result["plans"])) > 1, "the race switched plans"
+        # (Which plans the race runs depends on each rank's timings: on a
+        # busy machine it may keep its first, the others pruned.)
         assert set(result["plans"][-1]) != {"keep"}, result["plans"][-1]
     # The averaged gradients are the same on both ranks (each rank's plan
     # is its own; what they compute is not).
