@@ -197,7 +197,7 @@ RaceStep JointRace::Replan() {
                                     }),
                      candidates.end());
   }
-  if (plan.has_value() && !candidates.empty()) {
+  if (!candidates.empty()) {  // (none: no plan fits, or each ran out of memory)
     const double slowest = candidates.front().plan.step_ns * (1 + options_.prune);
     candidates.erase(
         std::remove_if(candidates.begin() + 1, candidates.end(),
