@@ -67,7 +67,7 @@ import warnings
 import torch
 
 from . import (_common, budget_lengths, budget_profile, budget_record, budget_report,
-               recompute)
+               budget_windows, recompute)
 from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
 from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
@@ -146,6 +146,7 @@ class JointBudget:
         self._forwards = recompute.UnitForwards(self, units)  # how the units run
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
+        self._windows = budget_windows.Windows()  # the kind being profiled, where it runs windows
         self._recorder = budget_record.Recorder(probe)  # fills _record
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._left_out = set()  # profile kinds that ran out of device memory
@@ -275,6 +276,8 @@ class JointBudget:
         if self._record is not None and not self._recorder.unit_ends(
                 self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
+        if self._record is not None and self._record["profile"]:
+            self._windows.unit_ended(self._record, index)
 
     def backward_begins(self, record, index):
         if self._recorder.backward_begins(record, index):
@@ -290,12 +293,13 @@ class JointBudget:
             warnings.warn(f"actoffload: unit {missing[0]} did not run in the profile "
                           f"iteration's forward; profiling again", stacklevel=2)
             return
-        other_shape = bool(self._profiles) and record["input"] != self._profiles[0]["input"]
+        first = (self._profiles or self._windows.records or [None])[0]
+        other_shape = first is not None and record["input"] != first["input"]
         if record["profile"]:
             if other_shape:
                 self._other_shapes += 1
-                if self._other_shapes < SHAPE_PATIENCE:
-                    return  # this kind is profiled again
+                if self._other_shapes < SHAPE_PATIENCE or not self._profiles:
+                    return  # this kind is profiled again (the plan needs the kept one)
                 warnings.warn(
                     f"actoffload: the budget's profile saw {self._other_shapes} batches of "
                     "other lengths than its first; it goes on without its "
@@ -303,7 +307,11 @@ class JointBudget:
                     "(pad batches to a few lengths: plans are measured on one)",
                     stacklevel=2)
             else:
-                self._profiles.append(record)
+                if not self._windows.ended(record, self._eligible(self._profiling())):
+                    return  # the next iteration's window goes on (budget_windows)
+                records, ran = self._windows.take()
+                self._profiles.append(budget_profile.stitch(
+                    records, ran, record["kind"], self._recorder.clock))
                 if len(self._profiles) < len(self._profile_kinds()):
                     return  # the next iteration profiles the next kind
             self._make_profile(*self._profiles)
@@ -346,6 +354,13 @@ class JointBudget:
             return
         if r["profile"]:
             kind = self._profiling()
+            if kind == "all" and r.get("room") is not None:
+                self._windows.shrink()
+                warnings.warn(
+                    f"actoffload: the budget's profile iteration (units kept, those after "
+                    f"them recomputed) ran out of device memory at {peak} bytes above the "
+                    "forward's start; it runs again keeping fewer", stacklevel=4)
+                return
             if kind == "all":
                 warnings.warn(
                     f"actoffload: the budget's profile iteration (nothing offloaded or "
@@ -401,6 +416,40 @@ class JointBudget:
         if any(self._recomputable(i) for i in range(len(self.units))):
             kinds.append("recompute")
         return [kind for kind in kinds if kind not in self._left_out]
+
+    def _eligible(self, kind):
+        """Per unit, whether a profile iteration of `kind` measures it."""
+        n = len(self.units)
+        if kind == "all":
+            return [True] * n
+        if kind == "selective":
+            return [self._selective_allowed(i) for i in range(n)]
+        return [False] * n  # "recompute": one iteration
+
+    def _profile_choices(self, kind, room):
+        """(how the record names its kind, how each unit runs) in a profile
+        iteration of `kind`. Where the probe says how much more the device
+        holds (`room`, not None) and units may be recomputed, the kept and
+        selective iterations run windows (budget_windows): each
+        recomputable unit's choice is made as it is called ("decide")."""
+        n = len(self.units)
+        if kind == "recompute":
+            return "recompute", ["recompute" if self._recomputable(i) else "keep"
+                                 for i in range(n)]
+        ran = "keep" if kind == "all" else "selective"
+        windows = room is not None and self.allow_recompute
+        eligible = self._eligible(kind)
+        return ran, ["decide" if windows and self._recomputable(i) else
+                     ran if eligible[i] else "keep" for i in range(n)]
+
+    def decide(self, index):
+        """How unit `index` runs in this profile window iteration
+        (budget_windows.Windows.choose): None (kept), "selective" or
+        "recompute"."""
+        r = self._record
+        how = self._windows.choose(r, index, self._eligible(self._profiling())[index],
+                                   self.probe.allocated() - r["base"])
+        return None if how == "keep" else how
 
     def _profiling(self):
         """The kind of profile iteration this forward is, or None once planned."""
@@ -511,15 +560,12 @@ class JointBudget:
         wrappers on the same units taken off first (only the budget in use
         decides how its units run)."""
         self._forwards.take_others_off()
-        kind = self._profiling()
-        if self.plan is None and kind == "all":
-            return
-        if kind == "selective":
-            choices = ["selective" if self._selective_allowed(i) else "keep"
-                       for i in range(len(self.units))]
-        elif kind == "recompute":
-            choices = ["recompute" if self._recomputable(i) else "keep"
-                       for i in range(len(self.units))]
+        if self.plan is None and self._record is not None:
+            room = getattr(self.probe, "room", lambda: None)()
+            ran, choices = self._profile_choices(self._profiling(), room)
+            self._windows.begin(self._record, ran, choices, room)
+            if all(c == "keep" for c in choices):
+                return
         else:
             choices = self.unit_choices(self.plan)
         self._forwards.install(choices)

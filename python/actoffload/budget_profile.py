@@ -18,13 +18,12 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     its first call under a checkpoint); recomputable[i] (optional, else True) whether unit i may
     be re-run at all. profile["units"] are the plan's units (glue and the head
     among them), index[i] unit i's place there."""
-    n = len(r["fwd"])
-    fwd = [clock.ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)]
-    bwd = [None] * n
-    for i in range(n):  # unit i's backward: from its gradient to the next one's
-        nxt = r["bwd"][i - 1] if i > 0 else r["end"]
-        if r["bwd"][i] is not None and nxt is not None:
-            bwd[i] = clock.ns(r["bwd"][i], nxt)
+    r, selective_record, recompute_record = (
+        None if record is None else timed(record, clock)
+        for record in (r, selective_record, recompute_record))
+    n = len(r["fwd_ns"])
+    fwd = list(r["fwd_ns"])
+    bwd = list(r["bwd_ns"])
     if kinds is not None:
         share_times(fwd, bwd, kinds)
     kinds = kinds or [None] * n
@@ -35,11 +34,11 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     ratio = _median_per_kind([bwd[i] / fwd[i] if i > 0 and bwd[i] is not None and fwd[i] > 0
                               else None for i in range(n)], kinds)
     sel_ratio = ([None] * n if selective_record is None
-                 else _median_per_kind(_selective_gains(selective_record, r, fwd, bwd, clock),
+                 else _median_per_kind(_selective_gains(selective_record, r, fwd, bwd),
                                        kinds))
     recomputable = recomputable or [True] * n
     rerun = ([None] * n if recompute_record is None
-             else _median_per_kind(_rerun_ratios(recompute_record, r, fwd, bwd, clock,
+             else _median_per_kind(_rerun_ratios(recompute_record, r, fwd, bwd,
                                                  [(compiled and compiled[i]) or not recomputable[i]
                                                   for i in range(n)]), kinds))
     # Bytes above the forward's start. What stays beside the units
@@ -94,14 +93,75 @@ def make_profile(r, selective_record, clock, selective, kinds=None,
     # be released before its own backward (the head runs in between).
     units[-1]["offloadable"] = False
     head_bytes = max(r["head_peak"] - outside - so_far[-1], 1)
-    head_ns = 0.0
-    if r["fwd_end"][n - 1] is not None and r["bwd"][n - 1] is not None:
-        head_ns = clock.ns(r["fwd_end"][n - 1], r["bwd"][n - 1])
+    head_ns = r["head_ns"] or 0.0
     units.append({"saved_bytes": head_bytes, "forward_ns": head_ns,
                   "backward_ns": 0.0, "recomputable": False,
                   "offloadable": False})
     return {"units": units, "peak": r["peak"], "outside": outside,
             "head": head_bytes}, index
+
+
+def timed(r, clock):
+    """`r` with its stretches' times in ns from its marks (`clock`):
+    fwd_ns[i] (unit i's forward), bwd_ns[i] (from its gradient to the
+    previous unit's, or to the pass's end for unit 0), head_ns (from the
+    last unit's end to the units' backward); None where a mark is missing.
+    A stitched record (stitch) has them already."""
+    if "fwd_ns" in r:
+        return r
+    n = len(r["fwd"])
+
+    def ns(start, end):
+        return None if start is None or end is None else clock.ns(start, end)
+    return dict(r, fwd_ns=[ns(r["fwd"][i], r["fwd_end"][i]) for i in range(n)],
+                bwd_ns=[ns(r["bwd"][i], r["bwd"][i - 1] if i > 0 else r["end"])
+                        for i in range(n)],
+                head_ns=ns(r["fwd_end"][n - 1], r["bwd"][n - 1]))
+
+
+def stitch(records, ran, kind, clock):
+    """One record of profile kind `kind` ("keep" or "selective") from the
+    profile window iterations that ran it (budget_windows.py): each ran
+    some units as `kind` and recomputed the others, so that the step fits
+    the device. ran[k][i] is how records[k] ran unit i. Unit i's figures
+    come from the first record that ran it as `kind` (the first record
+    where none did): its forward's and backward's times, the bytes its
+    forward left, what the code after it left or freed before the next
+    unit began, and its stretches' peaks and what was allocated as its
+    backward began, each relative to what that record held at the unit's
+    end; the head's from the record that ran the last unit. The stitched
+    record holds what the units hold in one step that ran them all as
+    `kind`, relative to the forward's start (its base is 0); its peak is
+    its highest stretch. A single record is its own."""
+    if len(records) == 1:
+        return timed(records[0], clock)
+    records = [timed(r, clock) for r in records]
+    n = len(records[0]["before"])
+    source = []
+    for i in range(n):
+        of_kind = [r for r, how in zip(records, ran) if how[i] == kind]
+        source.append(of_kind[0] if of_kind else records[0])
+    s = {"base": 0, "input": list(records[0]["input"]), "profile": True,
+         "before": [0] * n, "after": [0] * n, "forward_peak": [0] * n,
+         "backward_peak": [0] * n, "bwd_allocated": [None] * n,
+         "fwd_ns": [r["fwd_ns"][i] for i, r in enumerate(source)],
+         "bwd_ns": [r["bwd_ns"][i] for i, r in enumerate(source)],
+         "head_ns": source[-1]["head_ns"], "fwd_end": [True] * n}
+    at = source[0]["before"][0] - source[0]["base"]
+    for i, r in enumerate(source):
+        s["before"][i] = at
+        s["after"][i] = at + r["after"][i] - r["before"][i]
+        shift = s["after"][i] - (r["after"][i] - r["base"])  # held here beyond r's
+        s["forward_peak"][i] = r["forward_peak"][i] + shift
+        if r["bwd_allocated"][i] is not None:
+            s["bwd_allocated"][i] = r["bwd_allocated"][i] + shift
+            s["backward_peak"][i] = r["backward_peak"][i] + shift
+        if i + 1 < n:
+            at = s["after"][i] + r["before"][i + 1] - r["after"][i]
+    last = source[-1]
+    s["head_peak"] = last["head_peak"] + s["after"][-1] - (last["after"][-1] - last["base"])
+    s["peak"] = s["top"] = max(s["forward_peak"] + s["backward_peak"] + [s["head_peak"]])
+    return s
 
 
 def _held(r):
@@ -199,7 +259,7 @@ def share_times(fwd, bwd, kinds):
                 bwd[i] = b
 
 
-def _selective_gains(selective, kept, fwd, bwd, clock):
+def _selective_gains(selective, kept, fwd, bwd):
     """Per unit, the time it gained run selectively per ns of its forward:
     its backward's re-run of the cheap ops, and its forward's caching of
     the costly ones' outputs (the policy sees every op); None if unknown."""
@@ -207,9 +267,8 @@ def _selective_gains(selective, kept, fwd, bwd, clock):
     for i in range(1, len(fwd)):
         if not _comparable(selective, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
-        sel_bwd = clock.ns(selective["bwd"][i], selective["bwd"][i - 1])
-        sel_fwd = clock.ns(selective["fwd"][i], selective["fwd_end"][i])
-        gains[i] = max(sel_bwd - bwd[i] + sel_fwd - fwd[i], 0.0) / fwd[i]
+        gains[i] = max(selective["bwd_ns"][i] - bwd[i] + selective["fwd_ns"][i] - fwd[i],
+                       0.0) / fwd[i]
     return gains
 
 
@@ -237,11 +296,11 @@ def _comparable(record, kept, i):
     """Whether unit i ran and was timed whole in `record`, on an input of
     the size it had in the kept record (a batch of another sequence length
     runs for another time)."""
-    return (record["bwd"][i] is not None and record["bwd"][i - 1] is not None
-            and record["fwd_end"][i] is not None and record["input"][i] == kept["input"][i])
+    return (record["bwd_ns"][i] is not None and record["fwd_ns"][i] is not None
+            and record["input"][i] == kept["input"][i])
 
 
-def _rerun_ratios(recomputed, kept, fwd, bwd, clock, skip):
+def _rerun_ratios(recomputed, kept, fwd, bwd, skip):
     """Per unit, a full re-run's time per ns of its forward, from the
     profile iteration that recomputes every unit: what its backward's
     stretch took there over the kept one's, and its forward under
@@ -258,9 +317,8 @@ def _rerun_ratios(recomputed, kept, fwd, bwd, clock, skip):
     for i in range(1, len(fwd)):
         if skip[i] or not _comparable(recomputed, kept, i) or bwd[i] is None or fwd[i] <= 0:
             continue
-        rec_bwd = clock.ns(recomputed["bwd"][i], recomputed["bwd"][i - 1])
-        rec_fwd = clock.ns(recomputed["fwd"][i], recomputed["fwd_end"][i])
-        extra = rec_bwd - bwd[i] + rec_fwd - fwd[i]
+        extra = (recomputed["bwd_ns"][i] - bwd[i]
+                 + recomputed["fwd_ns"][i] - fwd[i])
         ratios[i] = max(extra / fwd[i], _LEAST_RERUN)
     return ratios
 

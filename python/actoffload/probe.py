@@ -26,6 +26,18 @@ class MemoryProbe:
     def reset_peak(self):
         torch.cuda.reset_peak_memory_stats(self.device)
 
+    def room(self):
+        """How many more bytes the allocator can hand out: what the device
+        has free and what the allocator holds unused, within the process's
+        limit (torch.cuda.set_per_process_memory_fraction). (A probe
+        without this method, or returning None: not known; the budget's
+        profile then runs every unit kept, budget_windows.py.)"""
+        free, total = torch.cuda.mem_get_info(self.device)
+        reserved = torch.cuda.memory_reserved(self.device)
+        fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+        limit = total * (fraction(self.device) if fraction is not None else 1.0)
+        return int(min(free + reserved, limit)) - self.allocated()
+
     def ooms(self):
         """How many out-of-memory errors the allocator has raised. (A
         probe without this method: none are looked for.)"""

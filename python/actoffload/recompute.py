@@ -352,12 +352,12 @@ class UnitForwards:
 
     def install(self, choices):
         """The context's forward begins: unit i runs as choices[i] says
-        ("keep", "offload", "recompute", "selective" or
-        "selective-offload")."""
+        ("keep", "offload", "recompute", "selective", "selective-offload"
+        or "decide": as the budget decides at its call)."""
         self._in_forward = True
         self._choices = {}
         for index, choice in enumerate(choices):
-            if choice not in ("recompute", "selective", "selective-offload"):
+            if choice not in ("recompute", "selective", "selective-offload", "decide"):
                 continue
             unit = self.units[index]
             self._choices[index] = choice
@@ -377,5 +377,7 @@ class UnitForwards:
 
     def checkpoints(self, index):
         """"recompute", "selective", "selective-offload" or None: how unit
-        `index` runs now."""
-        return self._choices.get(index) if self._in_forward else None
+        `index` runs now (for "decide", as the budget decides at its call:
+        JointBudget.decide)."""
+        choice = self._choices.get(index) if self._in_forward else None
+        return self.budget.decide(index) if choice == "decide" else choice

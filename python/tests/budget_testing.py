@@ -28,7 +28,10 @@ class ScriptedProbe:
     the last unit's forward ends; "backward": as the units' backward
     begins), counted in ooms(); the peak then reads the capacity until it is reset
     (and what is allocated never reads more),
-    and what the step held is let go, as when the exception drops its graph."""
+    and what the step held is let go, as when the exception drops its graph;
+    room() is then what is left of it (budget_windows.py). With
+    `recompute_bytes`, a unit whose forward ran recomputed in full leaves
+    that many (else as many as kept)."""
 
     def __init__(self, unit_bytes, outside, glue=0, selective_bytes=None):
         self.unit_bytes = unit_bytes
@@ -47,6 +50,10 @@ class ScriptedProbe:
         self.out_of_memory = "backward"
         self.raised = 0    # out-of-memory errors
         self.reached = None  # the peak since an out-of-memory error
+        self.recompute_bytes = None
+
+    def room(self):
+        return None if self.capacity is None else self.capacity - self.allocated()
 
     def ooms(self):
         return self.raised
@@ -85,7 +92,8 @@ class ScriptedProbe:
                 return  # a recompute's re-run: its bytes are the backward's
             ran = getattr(module.__dict__.get("forward"), "checkpointed", None)
             left = (self.selective_bytes if ran in ("selective", "selective-offload")
-                    else self.unit_bytes)
+                    else self.recompute_bytes if ran == "recompute" and
+                    self.recompute_bytes is not None else self.unit_bytes)
             self.now += left
             self.held.append((index, left))
             self.top = max(self.top, self.now)

@@ -63,3 +63,62 @@ def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_ho
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
+
+
+def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows():
+    # The process may hold 0.7 of the no-offload peak above what it holds:
+    # a plain step cannot run, checkpointing can. The budget's profile runs
+    # windows (budget_windows.py), and a loop that catches nothing trains
+    # through the profile and the race, every step bit-identical.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    model = build()
+    ids = torch.randint(0, 1000, (2, 1024), device="cuda",
+                        generator=torch.Generator("cuda").manual_seed(0))
+    step(model, ids)
+    loss, grads, plain_peak = step(model, ids)
+    whole = actoffload.OffloadActivations(model, budget_fraction=0.5)
+    while whole.joint_budget.plan is None:  # the profile with the whole device
+        step(model, ids, whole)
+    want = [whole.joint_budget.profile["units"][p] for p in whole.joint_budget._index]
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    room = int(0.7 * plain_peak)
+    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + room) / total)
+    try:
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            step(model, ids)  # the plain step
+        torch.cuda.empty_cache()
+        ctx = actoffload.OffloadActivations(model, budget_bytes=int(0.6 * plain_peak))
+        joint = ctx.joint_budget
+        iterations = 0
+        while joint.plan is None:
+            got_loss, got_grads, _ = step(model, ids, ctx)
+            iterations += 1
+            assert torch.equal(loss, got_loss)
+            assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+        for _ in range(budget.WARMUP_ITERATIONS):
+            got_loss, got_grads, got_peak = step(model, ids, ctx)
+            assert torch.equal(loss, got_loss)
+            assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+        got = [joint.profile["units"][p] for p in joint._index]
+        print(f"plain peak {plain_peak}, room {room}, profile iterations {iterations} "
+              f"(with the whole device: {whole.joint_budget.iteration})",
+              "saved bytes, windows / whole device:",
+              [(g["saved_bytes"], w["saved_bytes"]) for g, w in zip(got, want)],
+              "forward transients:",
+              [(g["forward_transient_bytes"], w["forward_transient_bytes"])
+               for g, w in zip(got, want)],
+              "backward transients:",
+              [(g["backward_transient_bytes"], w["backward_transient_bytes"])
+               for g, w in zip(got, want)], ctx.budget_plan(), sep="\n")
+        assert iterations > whole.joint_budget.iteration  # windows
+        assert joint._settled, ctx.budget_plan()
+        for g, w in zip(got, want):  # one plain step's figures
+            assert abs(g["saved_bytes"] - w["saved_bytes"]) <= 0.02 * w["saved_bytes"]
+        for _ in range(3):  # steady state: within the budget
+            _, _, got_peak = step(model, ids, ctx)
+            assert got_peak <= joint.budget_bytes * 1.02, (got_peak, ctx.budget_plan())
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()

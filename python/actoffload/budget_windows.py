@@ -1,0 +1,100 @@
+"""The budget's profile where the device cannot hold a plain step (budget.py).
+
+The profile's first iteration keeps every unit, to measure what each
+saves; its second runs every unit selectively. A model whose plain step
+does not fit the device ran out of memory there, and could not be planned
+at all, though checkpointing would have held it. So, where the probe can
+say how much more the allocator can hand out (MemoryProbe.room), those
+iterations run windows: from the first unit not yet measured, units run
+as the iteration's kind ("keep", "selective") while what the forward holds
+and the most a unit's forward was seen to add stay within SHARE of that
+room; the units after the window, and those measured before, are
+recomputed in full (what costs least to hold). The next iteration's window
+begins where this one's ended, until every unit has run the kind once;
+budget_profile.stitch then makes one record of them, as if one step had
+run them all so. A model whose forward holds less than SHARE of the room
+runs one window of every unit: the profile it always had."""
+
+# The share of the room (what the allocator could still hand out as the
+# forward began) that a window's forward may hold: the rest is for the
+# units recomputed after it, the head (logits and loss) and the backward's
+# gradients.
+SHARE = 0.6
+
+
+class Windows:
+    """The window iterations of the profile kind being measured."""
+
+    def __init__(self):
+        self.records = []  # this kind's iterations, each with its "ran"
+        self.share = SHARE
+        self._grown = 0    # the most a unit's forward added, as measured
+
+    def begin(self, r, kind, choices, room):
+        """A profile iteration of `kind` ("keep", "selective" or
+        "recompute": how it runs the units it measures) begins with record
+        `r`; choices[i] is how unit i runs ("keep", "selective",
+        "recompute", or "decide": as `choose` says); `room`: what the
+        allocator can still hand out, or None."""
+        r["kind"] = kind
+        r["ran"] = [None if c == "decide" else c for c in choices]
+        r["room"] = room
+        r["window"] = None  # None: not begun; True: open; False: ended
+
+    def choose(self, r, index, eligible, held):
+        """How unit `index` runs in record `r`'s iteration: its kind in the
+        window, else "recompute" (fixed at its first call in the forward).
+        `eligible`: whether it is profiled for the kind at all; `held`:
+        what the forward holds now, above its start. The window begins at
+        the first unit not measured yet, whatever it holds (each iteration
+        measures one at least), and ends at the first that might not fit."""
+        if r["ran"][index] is not None:
+            return r["ran"][index]
+        kind = r["kind"]
+        measured = self.measured(index, kind)
+        fits = r["room"] is None or held + self._grown <= self.share * r["room"]
+        if measured:
+            how = "recompute"
+        elif not eligible:  # kept, as the kind's iteration always ran it
+            how = "keep" if r["window"] is not False and fits else "recompute"
+        elif r["window"] is None or (r["window"] and fits):
+            how = kind
+        else:
+            how = "recompute"
+        if eligible and not measured:
+            r["window"] = how == kind
+        elif how == "recompute" and r["window"]:
+            r["window"] = False
+        r["ran"][index] = how
+        return how
+
+    def unit_ended(self, r, index):
+        """Unit `index`'s forward ended in record `r`: the most a unit run
+        as the record's kind added (its stretch's peak above its start) is
+        what the next one is taken to add."""
+        if r["ran"][index] == r["kind"]:
+            added = r["forward_peak"][index] - (r["before"][index] - r["base"])
+            self._grown = max(self._grown, added)
+
+    def ended(self, r, eligible):
+        """Record `r`'s pass ended: True once every eligible unit (eligible[i])
+        ran as its kind in one of the kind's iterations (take() then gives
+        them, for budget_profile.stitch)."""
+        self.records.append(r)
+        kind = r["kind"]
+        return all(not eligible[i] or any(w["ran"][i] == kind for w in self.records)
+                   for i in range(len(eligible)))
+
+    def measured(self, index, kind):
+        """Whether an earlier window of the kind ran unit `index` so."""
+        return any(w["ran"][index] == kind for w in self.records)
+
+    def take(self):
+        """This kind's records and how each ran its units; the next kind
+        begins with none."""
+        records, self.records = self.records, []
+        return records, [r["ran"] for r in records]
+
+    def shrink(self):
+        """A window ran out of device memory: the next holds half as much."""
+        self.share /= 2

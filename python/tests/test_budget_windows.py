@@ -1,0 +1,141 @@
+"""The budget's profile on a device that cannot hold a plain step
+(budget_windows.py, budget_profile.stitch): window iterations keep some
+units and recompute the others, and one record is stitched from them.
+On the CPU and the simulated GPU with a scripted probe whose device raises
+torch.cuda.OutOfMemoryError past a capacity (budget_testing.ScriptedProbe)."""
+
+import warnings
+
+import pytest
+import torch
+
+from actoffload import budget, budget_profile
+from actoffload.probe import Clock
+from budget_testing import UNIT, Decoder, make, seeded_step
+from models import assert_identical
+
+# By hand (as test_joint_budget's kept record): bytes above the step's
+# start, host clock (ns). Three units; each forward leaves 100, the code
+# after unit 1 frees 20 (its input) before unit 2 begins; forwards of 90,
+# backward stretches of 200, the head 110 ns.
+KEPT = {"base": 0, "before": [10, 110, 190], "after": [110, 210, 290],
+        "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 290],
+        "bwd": [800, 600, 400], "end": 1000, "forward_peak": [130, 230, 310],
+        "backward_peak": [150, 240, 330], "head_peak": 330,
+        "bwd_allocated": [150, 200, 290], "peak": 330}
+# The same step in two windows, on a device that holds neither whole.
+# Window A keeps units 0 and 1 and recomputes unit 2 (it leaves its output,
+# 5; its backward stretch re-runs it: 300 ns). Its allocations sit 1000
+# bytes up (base 1000), as another iteration's may.
+WINDOW_A = {"base": 1000, "before": [1010, 1110, 1190], "after": [1110, 1210, 1195],
+            "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 300],
+            "bwd": [1000, 800, 500], "end": 1200, "forward_peak": [130, 230, 260],
+            "backward_peak": [150, 240, 335], "head_peak": 235,
+            "bwd_allocated": [150, 200, 195], "peak": 335}
+# Window B recomputes units 0 and 1 (each leaves its output, and the
+# checkpoint holds unit 1's input: nothing is freed before unit 2) and
+# keeps unit 2.
+WINDOW_B = {"base": 0, "before": [10, 15, 20], "after": [15, 20, 120],
+            "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [95, 195, 290],
+            "bwd": [1000, 600, 400], "end": 1300, "forward_peak": [70, 80, 140],
+            "backward_peak": [130, 150, 160], "head_peak": 160,
+            "bwd_allocated": [20, 25, 120], "peak": 160}
+RAN_A = ["keep", "keep", "recompute"]
+RAN_B = ["recompute", "recompute", "keep"]
+
+
+def _units(record):
+    profiled, index = budget_profile.make_profile(record, None, Clock(False), [False] * 3)
+    return profiled, [profiled["units"][p] for p in index]
+
+
+def test_windows_stitch_into_the_profile_of_one_plain_step():
+    clock = Clock(False)
+    stitched = budget_profile.stitch([WINDOW_A, WINDOW_B], [RAN_A, RAN_B], "keep", clock)
+    want, want_units = _units(KEPT)
+    got, got_units = _units(stitched)
+    assert got_units == want_units
+    assert got["units"] == want["units"]  # glue and the head too
+    assert (got["outside"], got["head"]) == (want["outside"], want["head"])
+    assert stitched["peak"] == KEPT["peak"]
+    # The windows in the other order: the same.
+    again = budget_profile.stitch([WINDOW_B, WINDOW_A], [RAN_B, RAN_A], "keep", clock)
+    assert _units(again)[1] == want_units
+    # One record is its own.
+    assert _units(budget_profile.stitch([KEPT], [["keep"] * 3], "keep", clock))[1] == want_units
+
+
+def _loop(model, x, ctx, steps, reference):
+    """`steps` seeded steps, skipped where the device runs out of memory;
+    every one that ran is bit-identical to `reference`. Returns the
+    warnings and how many were skipped."""
+    skipped = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            try:
+                assert_identical(reference, seeded_step(model, x, ctx))
+            except torch.cuda.OutOfMemoryError:
+                skipped += 1
+    return [str(w.message) for w in caught], skipped
+
+
+def _profiled(capacity, outside=UNIT, steps=None):
+    """A 4-layer model's budget (0.6 of the plain peak) on a device of
+    `capacity` bytes (None: unbounded), each recomputed unit leaving an
+    eighth of a kept one's bytes: the context, its probe, the number of
+    profile iterations, the warnings and the steps skipped."""
+    torch.manual_seed(0)
+    model = Decoder()
+    x = torch.randn(2, 32, 64)
+    reference = seeded_step(model, x)
+    ctx, probe = make(model, 0.6, outside=outside)
+    probe.recompute_bytes = UNIT // 8
+    probe.capacity = capacity
+    joint = ctx.joint_budget
+    caught, skipped, iterations = [], 0, 0
+    while joint.plan is None:
+        more, lost = _loop(model, x, ctx, 1, reference)
+        caught += more
+        skipped += lost
+        iterations += 1
+        assert iterations <= 8
+    more, lost = _loop(model, x, ctx, steps or budget.WARMUP_ITERATIONS, reference)
+    assert joint._settled
+    return ctx, probe, iterations, caught + more, skipped + lost
+
+
+def test_a_device_that_cannot_hold_a_plain_step_is_profiled_in_windows():
+    # Plain, the step holds 4 units and, in its backward, 1 more: 5 of a
+    # device of 3.5. Checkpointing fits. Windows of what fits 0.6 of the
+    # room (2.1 units: a unit's forward adds 1): units 0 and 1, then 2, then 3.
+    plain = _profiled(None)
+    ctx, probe, iterations, caught, skipped = _profiled(int(3.5 * UNIT))
+    assert skipped == 0 and not caught, caught  # the loop needs catch nothing
+    joint = ctx.joint_budget
+    assert iterations == plain[2] + 2
+    # The windows' figures are one plain step's, and so is the budget.
+    want = plain[0].joint_budget
+    for got_unit, want_unit in zip(joint.profile["units"], want.profile["units"]):
+        assert {k: v for k, v in got_unit.items() if not k.endswith("_ns")} == \
+            {k: v for k, v in want_unit.items() if not k.endswith("_ns")}
+    assert joint.budget_bytes == want.budget_bytes
+    assert probe.peak() <= joint.budget_bytes < probe.capacity
+
+
+def test_a_device_with_room_for_a_plain_step_is_profiled_as_before():
+    # Room for a plain step and more: one kept iteration, every unit in it.
+    ctx, _, iterations, caught, _ = _profiled(100 * UNIT)
+    assert not caught
+    assert iterations == _profiled(None)[2]
+    assert ctx.joint_budget._profiles[0]["ran"] == ["keep"] * 4
+
+
+def test_a_window_that_runs_out_of_memory_runs_again_smaller():
+    # The backward holds 2 units beside: the first window (units 0 and 1,
+    # within 0.6 of 3.9) needs 4.25 and fails; the next, half the share,
+    # keeps unit 0 alone.
+    ctx, probe, _, caught, skipped = _profiled(int(3.9 * UNIT), outside=2 * UNIT)
+    assert skipped == 1
+    assert sum("runs again keeping fewer" in m for m in caught) == 1, caught
+    assert ctx.joint_budget._windows.share == pytest.approx(budget.budget_windows.SHARE / 2)
