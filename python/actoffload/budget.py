@@ -31,6 +31,9 @@ before the forward. Its life:
      Where recompute is allowed, a last profile iteration recomputes every
      unit in full: what each unit's forward then holds while it runs (its
      intermediates, none saved) is its recompute_forward_transient_bytes.
+     Where the device cannot hold the kept or selective iteration's step,
+     it runs in windows, the units after each recomputed, and one record
+     is stitched from them (budget_windows.py).
   2. Plan: the engine's joint planner (_C.plan_joint, engine/plan/joint_plan.h)
      with the copy bandwidths measured on this machine. A budget no plan
      fits is refused once (ValueError at the next forward, naming the
@@ -66,8 +69,8 @@ import warnings
 
 import torch
 
-from . import (_common, budget_lengths, budget_profile, budget_record, budget_report,
-               budget_windows, recompute)
+from . import (_common, budget_edge, budget_lengths, budget_profile, budget_record,
+               budget_report, budget_windows, recompute)
 from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
 from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
@@ -237,7 +240,7 @@ class JointBudget:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
         self._end_interim()
-        self._after_out_of_memory()
+        budget_edge.after_out_of_memory(self)
         self.apply_pending()
         self.iteration += 1
         if not self.measuring:
@@ -339,53 +342,6 @@ class JointBudget:
         if self._record is not None:
             self._recorder.forward_raised(self._record)
 
-    def _after_out_of_memory(self):
-        """At the next forward after a measured one that ran out of device
-        memory (a loop that caught torch.cuda.OutOfMemoryError and went
-        on): a plain profile iteration runs again, warned (the plan needs
-        one); a selective or recompute one is left out (the plan goes on
-        without its figures); the race's plan never runs again, and where
-        the device gave out within the budget, the budget comes down to
-        what it held (JointRace::OutOfMemory). Without this, the race ran
-        the same plan again at each forward until its warm-up ended."""
-        r, self._record = self._record, None
-        peak = None if r is None else self._recorder.out_of_memory(r)
-        if peak is None:
-            return
-        if r["profile"]:
-            kind = self._profiling()
-            if kind == "all" and r.get("room") is not None:
-                self._windows.shrink()
-                warnings.warn(
-                    f"actoffload: the budget's profile iteration (units kept, those after "
-                    f"them recomputed) ran out of device memory at {peak} bytes above the "
-                    "forward's start; it runs again keeping fewer", stacklevel=4)
-                return
-            if kind == "all":
-                warnings.warn(
-                    f"actoffload: the budget's profile iteration (nothing offloaded or "
-                    f"recomputed) ran out of device memory at {peak} bytes above the "
-                    "forward's start; the plan is made from one such step, and it runs "
-                    "again (a shorter batch for the first steps would fit: longer ones "
-                    "are planned for after it)", stacklevel=4)
-                return
-            self._left_out.add(kind)
-            warnings.warn(f"actoffload: the budget's {kind} profile iteration ran out of "
-                          f"device memory at {peak} bytes above the forward's start; the "
-                          f"plan is made without it", stacklevel=4)
-            if len(self._profiles) == len(self._profile_kinds()):
-                self._make_profile(*self._profiles)
-                self._start_race()
-            return
-        same_length = r["input"][0] == self._profiles[0]["input"][0]
-        if self._race is None or r.get("for_one") or not same_length:
-            return  # a plan for one longer batch, or the race's on another length
-        warning = self._race.out_of_memory(peak)
-        if warning is not None:
-            warnings.warn(warning, stacklevel=4)
-        self._take_refusal()
-        self._apply(self._race.plan)
-
     # --- profile, plan, calibration ---------------------------------------------
     def _recomputable(self, index):
         """Whether unit `index` may be re-run from its input: recompute is
@@ -409,7 +365,7 @@ class JointBudget:
         where allowed, "selective" (every unit that may be, selectively)
         and "recompute" (every unit recomputed in full: what its forward
         holds while it runs), but for those that ran out of device memory
-        (_after_out_of_memory)."""
+        (budget_edge.after_out_of_memory)."""
         kinds = ["all"]
         if any(self._selective_allowed(i) for i in range(len(self.units))):
             kinds.append("selective")
@@ -419,28 +375,8 @@ class JointBudget:
 
     def _eligible(self, kind):
         """Per unit, whether a profile iteration of `kind` measures it."""
-        n = len(self.units)
-        if kind == "all":
-            return [True] * n
-        if kind == "selective":
-            return [self._selective_allowed(i) for i in range(n)]
-        return [False] * n  # "recompute": one iteration
-
-    def _profile_choices(self, kind, room):
-        """(how the record names its kind, how each unit runs) in a profile
-        iteration of `kind`. Where the probe says how much more the device
-        holds (`room`, not None) and units may be recomputed, the kept and
-        selective iterations run windows (budget_windows): each
-        recomputable unit's choice is made as it is called ("decide")."""
-        n = len(self.units)
-        if kind == "recompute":
-            return "recompute", ["recompute" if self._recomputable(i) else "keep"
-                                 for i in range(n)]
-        ran = "keep" if kind == "all" else "selective"
-        windows = room is not None and self.allow_recompute
-        eligible = self._eligible(kind)
-        return ran, ["decide" if windows and self._recomputable(i) else
-                     ran if eligible[i] else "keep" for i in range(n)]
+        return budget_windows.eligible(kind, [self._selective_allowed(i)
+                                              for i in range(len(self.units))])
 
     def decide(self, index):
         """How unit `index` runs in this profile window iteration
@@ -561,9 +497,12 @@ class JointBudget:
         decides how its units run)."""
         self._forwards.take_others_off()
         if self.plan is None and self._record is not None:
-            room = getattr(self.probe, "room", lambda: None)()
-            ran, choices = self._profile_choices(self._profiling(), room)
-            self._windows.begin(self._record, ran, choices, room)
+            room = getattr(self.probe, "room", lambda: None)() if self.allow_recompute else None
+            kind = self._profiling()
+            ran, choices = budget_windows.choices(
+                kind, self._eligible(kind), [self._recomputable(i) for i in range(len(self.units))],
+                windows=room is not None)
+            self._windows.begin(self._record, ran, choices, room if "decide" in choices else None)
             if all(c == "keep" for c in choices):
                 return
         else:

@@ -98,3 +98,28 @@ class Windows:
     def shrink(self):
         """A window ran out of device memory: the next holds half as much."""
         self.share /= 2
+
+
+def eligible(kind, selective_allowed):
+    """Per unit, whether a profile iteration of `kind` ("all", "selective",
+    "recompute") measures it: every unit kept; those allowed
+    (selective_allowed[i]) selectively; "recompute" runs no windows."""
+    if kind == "all":
+        return [True] * len(selective_allowed)
+    if kind == "selective":
+        return list(selective_allowed)
+    return [False] * len(selective_allowed)
+
+
+def choices(kind, measures, recomputable, windows):
+    """(how the record names its kind, how each unit runs) in a profile
+    iteration of `kind`; measures[i]: eligible(kind)[i]; recomputable[i]:
+    whether unit i may be re-run. With `windows` (the probe can say how
+    much more the device holds), each recomputable unit of a kept or
+    selective iteration runs as Windows.choose says at its call
+    ("decide")."""
+    if kind == "recompute":
+        return "recompute", ["recompute" if r else "keep" for r in recomputable]
+    ran = "keep" if kind == "all" else "selective"
+    return ran, ["decide" if windows and r else ran if m else "keep"
+                 for m, r in zip(measures, recomputable)]
