@@ -280,7 +280,10 @@ class JointBudget:
                 self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
         if self._record is not None and self._record["profile"]:
-            self._windows.unit_ended(self._record, index)
+            later = self._windows.unit_ended(self._record, index, [
+                self._recomputable(i) for i in range(len(self.units))])
+            if later:  # the window ends: they run before they are called
+                self._forwards.also(later, "recompute")
 
     def backward_begins(self, record, index):
         if self._recorder.backward_begins(record, index):
@@ -377,15 +380,6 @@ class JointBudget:
         """Per unit, whether a profile iteration of `kind` measures it."""
         return budget_windows.eligible(kind, [self._selective_allowed(i)
                                               for i in range(len(self.units))])
-
-    def decide(self, index):
-        """How unit `index` runs in this profile window iteration
-        (budget_windows.Windows.choose): None (kept), "selective" or
-        "recompute"."""
-        r = self._record
-        how = self._windows.choose(r, index, self._eligible(self._profiling())[index],
-                                   self.probe.allocated() - r["base"])
-        return None if how == "keep" else how
 
     def _profiling(self):
         """The kind of profile iteration this forward is, or None once planned."""
@@ -501,10 +495,8 @@ class JointBudget:
             kind = self._profiling()
             ran, choices = budget_windows.choices(
                 kind, self._eligible(kind), [self._recomputable(i) for i in range(len(self.units))],
-                windows=room is not None)
-            self._windows.begin(self._record, ran, choices, room if "decide" in choices else None)
-            if all(c == "keep" for c in choices):
-                return
+                self._windows.measured("keep" if kind == "all" else "selective"))
+            self._windows.begin(self._record, ran, choices, room)
         else:
             choices = self.unit_choices(self.plan)
         self._forwards.install(choices)

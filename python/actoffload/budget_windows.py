@@ -33,48 +33,37 @@ class Windows:
     def begin(self, r, kind, choices, room):
         """A profile iteration of `kind` ("keep", "selective" or
         "recompute": how it runs the units it measures) begins with record
-        `r`; choices[i] is how unit i runs ("keep", "selective",
-        "recompute", or "decide": as `choose` says); `room`: what the
-        allocator can still hand out, or None."""
+        `r`, unit i running as choices[i] (choices()); `room`: what the
+        allocator can still hand out, or None (no windows)."""
         r["kind"] = kind
-        r["ran"] = [None if c == "decide" else c for c in choices]
+        r["ran"] = list(choices)
         r["room"] = room
-        r["window"] = None  # None: not begun; True: open; False: ended
+        r["window"] = False  # whether a unit ran the kind here (None: the window ended)
 
-    def choose(self, r, index, eligible, held):
-        """How unit `index` runs in record `r`'s iteration: its kind in the
-        window, else "recompute" (fixed at its first call in the forward).
-        `eligible`: whether it is profiled for the kind at all; `held`:
-        what the forward holds now, above its start. The window begins at
-        the first unit not measured yet, whatever it holds (each iteration
-        measures one at least), and ends at the first that might not fit."""
-        if r["ran"][index] is not None:
-            return r["ran"][index]
-        kind = r["kind"]
-        measured = self.measured(index, kind)
-        fits = r["room"] is None or held + self._grown <= self.share * r["room"]
-        if measured:
-            how = "recompute"
-        elif not eligible:  # kept, as the kind's iteration always ran it
-            how = "keep" if r["window"] is not False and fits else "recompute"
-        elif r["window"] is None or (r["window"] and fits):
-            how = kind
-        else:
-            how = "recompute"
-        if eligible and not measured:
-            r["window"] = how == kind
-        elif how == "recompute" and r["window"]:
-            r["window"] = False
-        r["ran"][index] = how
-        return how
-
-    def unit_ended(self, r, index):
-        """Unit `index`'s forward ended in record `r`: the most a unit run
+    def unit_ended(self, r, index, recomputable):
+        """Unit `index`'s forward ended in record `r`: the units after it
+        that are to be recomputed from now on (recomputable[i] says which
+        may be), where the window ends here; else []. The most a unit run
         as the record's kind added (its stretch's peak above its start) is
-        what the next one is taken to add."""
-        if r["ran"][index] == r["kind"]:
+        what the next one is taken to add; the window ends where what the
+        forward holds and that would pass SHARE of the room."""
+        if r["window"] is None:
+            return []
+        if r["ran"][index] == r["kind"] and r["kind"] != "recompute":
             added = r["forward_peak"][index] - (r["before"][index] - r["base"])
             self._grown = max(self._grown, added)
+            r["window"] = True
+        if not r["window"] or r["room"] is None:
+            return []
+        held = r["after"][index] - r["base"]
+        if held + self._grown <= self.share * r["room"]:
+            return []
+        r["window"] = None  # ended (once)
+        later = [i for i in range(index + 1, len(r["ran"]))
+                 if recomputable[i] and r["ran"][i] != "recompute"]
+        for i in later:
+            r["ran"][i] = "recompute"
+        return later
 
     def ended(self, r, eligible):
         """Record `r`'s pass ended: True once every eligible unit (eligible[i])
@@ -85,9 +74,10 @@ class Windows:
         return all(not eligible[i] or any(w["ran"][i] == kind for w in self.records)
                    for i in range(len(eligible)))
 
-    def measured(self, index, kind):
-        """Whether an earlier window of the kind ran unit `index` so."""
-        return any(w["ran"][index] == kind for w in self.records)
+    def measured(self, kind):
+        """Per unit, whether an earlier window of `kind` ran it so."""
+        n = len(self.records[0]["ran"]) if self.records else 0
+        return [any(w["ran"][i] == kind for w in self.records) for i in range(n)]
 
     def take(self):
         """This kind's records and how each ran its units; the next kind
@@ -111,15 +101,15 @@ def eligible(kind, selective_allowed):
     return [False] * len(selective_allowed)
 
 
-def choices(kind, measures, recomputable, windows):
-    """(how the record names its kind, how each unit runs) in a profile
-    iteration of `kind`; measures[i]: eligible(kind)[i]; recomputable[i]:
-    whether unit i may be re-run. With `windows` (the probe can say how
-    much more the device holds), each recomputable unit of a kept or
-    selective iteration runs as Windows.choose says at its call
-    ("decide")."""
+def choices(kind, measures, recomputable, measured):
+    """(how the record names its kind, how each unit runs as the forward
+    begins) in a profile iteration of `kind`; measures[i]:
+    eligible(kind)[i]; recomputable[i]: whether unit i may be re-run;
+    measured[i] (or shorter: False): whether an earlier window ran it as
+    the kind (it is recomputed now, where it may be)."""
     if kind == "recompute":
         return "recompute", ["recompute" if r else "keep" for r in recomputable]
     ran = "keep" if kind == "all" else "selective"
-    return ran, ["decide" if windows and r else ran if m else "keep"
-                 for m, r in zip(measures, recomputable)]
+    done = list(measured) + [False] * (len(recomputable) - len(measured))
+    return ran, ["recompute" if d and r else ran if m else "keep"
+                 for m, r, d in zip(measures, recomputable, done)]

@@ -352,22 +352,31 @@ class UnitForwards:
 
     def install(self, choices):
         """The context's forward begins: unit i runs as choices[i] says
-        ("keep", "offload", "recompute", "selective", "selective-offload"
-        or "decide": as the budget decides at its call)."""
+        ("keep", "offload", "recompute", "selective" or
+        "selective-offload")."""
         self._in_forward = True
         self._choices = {}
         for index, choice in enumerate(choices):
-            if choice not in ("recompute", "selective", "selective-offload", "decide"):
-                continue
-            unit = self.units[index]
-            self._choices[index] = choice
-            slot = wrapper_slot(unit)
-            if unit.__dict__.get(slot) is not self.wrappers.get(index, False):
-                # New, or the unit compiled since (its forward traced by
-                # torch.compile must be its own again).
-                restore_forward(unit)
-                self.wrappers[index] = Checkpointed(self.budget, index, getattr(unit, slot))
-                setattr(unit, slot, self.wrappers[index])
+            if choice in ("recompute", "selective", "selective-offload"):
+                self._wrap(index, choice)
+
+    def also(self, indices, choice):
+        """In the context's forward, before they are called: the units
+        `indices` run as `choice` too (a profile window's end,
+        budget_windows.py)."""
+        for index in indices:
+            self._wrap(index, choice)
+
+    def _wrap(self, index, choice):
+        unit = self.units[index]
+        self._choices[index] = choice
+        slot = wrapper_slot(unit)
+        if unit.__dict__.get(slot) is not self.wrappers.get(index, False):
+            # New, or the unit compiled since (its forward traced by
+            # torch.compile must be its own again).
+            restore_forward(unit)
+            self.wrappers[index] = Checkpointed(self.budget, index, getattr(unit, slot))
+            setattr(unit, slot, self.wrappers[index])
 
     def uninstall(self):
         """The context's forward ended: the wrappers run their units' own
@@ -377,7 +386,5 @@ class UnitForwards:
 
     def checkpoints(self, index):
         """"recompute", "selective", "selective-offload" or None: how unit
-        `index` runs now (for "decide", as the budget decides at its call:
-        JointBudget.decide)."""
-        choice = self._choices.get(index) if self._in_forward else None
-        return self.budget.decide(index) if choice == "decide" else choice
+        `index` runs now."""
+        return self._choices.get(index) if self._in_forward else None

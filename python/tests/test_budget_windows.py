@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from actoffload import budget, budget_profile
+from actoffload import budget, budget_profile, recompute
 from actoffload.probe import Clock
 from budget_testing import UNIT, Decoder, make, seeded_step
 from models import assert_identical
@@ -99,7 +99,7 @@ def _profiled(capacity, outside=UNIT, steps=None):
         caught += more
         skipped += lost
         iterations += 1
-        assert iterations <= 8
+        assert iterations <= 12
     more, lost = _loop(model, x, ctx, steps or budget.WARMUP_ITERATIONS, reference)
     assert joint._settled
     return ctx, probe, iterations, caught + more, skipped + lost
@@ -113,7 +113,9 @@ def test_a_device_that_cannot_hold_a_plain_step_is_profiled_in_windows():
     ctx, probe, iterations, caught, skipped = _profiled(int(3.5 * UNIT))
     assert skipped == 0 and not caught, caught  # the loop needs catch nothing
     joint = ctx.joint_budget
-    assert iterations == plain[2] + 2
+    # Two more kept iterations, and two more selective ones where the torch
+    # version has selective checkpoint (the scripted device holds as much).
+    assert iterations == plain[2] + 2 * (1 + recompute.selective_available())
     # The windows' figures are one plain step's, and so is the budget.
     want = plain[0].joint_budget
     for got_unit, want_unit in zip(joint.profile["units"], want.profile["units"]):

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Issue 30, session 20 (run 122): the whole GPU suite but the out-of-memory file (run 123), after the profile's windows (every budget's first iteration now has its units' wrappers deciding per call).
+cd "$(dirname "$0")/snap"
+export PYTHONPATH=$PWD/python ACTOFFLOAD_BUILD_DIR=$PWD/build MAX_JOBS=16 CUBLAS_WORKSPACE_CONFIG=:4096:8
+nvidia-smi --query-gpu=name --format=csv,noheader
+(cd python && timeout 540 python -m pytest -q -p no:cacheprovider -p no:logging --tb=short -W ignore::DeprecationWarning tests/test_whole_model.py tests --ignore=tests/test_gpu_out_of_memory.py > $OUT/pytest-all-run122.full 2>&1)
+grep -v DEBUG $OUT/pytest-all-run122.full | grep -E '^E |passed|failed|FAILED|^tests/.*Error' | tail -30 | tee $OUT/pytest-all-run122.txt
