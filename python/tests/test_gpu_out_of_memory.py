@@ -11,6 +11,7 @@ import torch
 
 import actoffload
 from actoffload import budget
+from actoffload.probe import MemoryProbe
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 pytest.importorskip("transformers")
@@ -93,9 +94,12 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
     room = int(0.7 * plain_peak)
     torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + room) / total)
     try:
-        with pytest.raises(torch.cuda.OutOfMemoryError):
-            step(model, ids)  # the plain step
-        torch.cuda.empty_cache()
+        # What the allocator can still hand out cannot hold a plain step (the
+        # step itself may or may not fail: blocks a test before left
+        # partly used count in the process's limit but can serve it; run
+        # 123).
+        free = MemoryProbe().room()
+        assert free < plain_peak, (free, plain_peak)
         # The budget leaves the allocator's fragmentation room: at 0.6 of
         # the peak, a race plan that offloads, measured within it, failed
         # to find 32 MiB with 153 MiB reserved but unused (run 120).
@@ -104,12 +108,13 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
         joint = ctx.joint_budget
         iterations = 0
         while joint.plan is None:
-            got_loss, got_grads, _ = step(model, ids, ctx)
+            got_loss, got_grads, got_peak = step(model, ids, ctx)
             iterations += 1
+            assert got_peak <= free, (got_peak, free)  # the windows held
             assert torch.equal(loss, got_loss)
             assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
         got = [joint.profile["units"][p] for p in joint._index]
-        print(f"plain peak {plain_peak}, room {room}, profile iterations {iterations} "
+        print(f"plain peak {plain_peak}, room {free}, profile iterations {iterations} "
               f"(with the whole device: {whole.joint_budget.iteration})",
               "saved bytes, windows / whole device:",
               [(g["saved_bytes"], w["saved_bytes"]) for g, w in zip(got, want)],
@@ -126,7 +131,9 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
         assert iterations > whole.joint_budget.iteration  # windows
         assert joint._settled, ctx.budget_plan()
         for g, w in zip(got, want):  # one plain step's figures
-            assert abs(g["saved_bytes"] - w["saved_bytes"]) <= 0.02 * w["saved_bytes"]
+            # (within two of the allocator's 2 MiB blocks: run 123, 3 MiB of 100)
+            assert abs(g["saved_bytes"] - w["saved_bytes"]) <= max(0.02 * w["saved_bytes"],
+                                                                   4 << 20)
         for _ in range(3):  # steady state: within the budget
             _, _, got_peak = step(model, ids, ctx)
             assert got_peak <= joint.budget_bytes * 1.02, (got_peak, ctx.budget_plan())
