@@ -146,7 +146,8 @@ def stitch(records, ran, kind, clock):
          "backward_peak": [0] * n, "bwd_allocated": [None] * n,
          "fwd_ns": [r["fwd_ns"][i] for i, r in enumerate(source)],
          "bwd_ns": [r["bwd_ns"][i] for i, r in enumerate(source)],
-         "head_ns": source[-1]["head_ns"], "fwd_end": [True] * n}
+         "head_ns": source[-1]["head_ns"], "fwd_end": [True] * n,
+         "windows": [list(how) for how in ran]}
     at = source[0]["before"][0] - source[0]["base"]
     for i, r in enumerate(source):
         s["before"][i] = at

@@ -126,7 +126,8 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
                for g, w in zip(got, want)],
               "backward transients:",
               [(g["backward_transient_bytes"], w["backward_transient_bytes"])
-               for g, w in zip(got, want)], ctx.budget_plan(), sep="\n")
+               for g, w in zip(got, want)],
+              "windows:", *joint._profiles[0].get("windows", []), ctx.budget_plan(), sep="\n")
         # The race at the device's edge: a plan measured within the budget
         # may still find no block for a reload among those the allocator
         # holds unused (run 124: 100 MiB asked, 235 MiB reserved but
