@@ -51,6 +51,7 @@ class ScriptedProbe:
         self.raised = 0    # out-of-memory errors
         self.reached = None  # the peak since an out-of-memory error
         self.recompute_bytes = None
+        self.ran = []  # per forward, how each unit's forward ran (None: kept)
 
     def room(self):
         return None if self.capacity is None else self.capacity - self.allocated()
@@ -91,6 +92,9 @@ class ScriptedProbe:
             if not torch.is_grad_enabled() or _common.in_backward():
                 return  # a recompute's re-run: its bytes are the backward's
             ran = getattr(module.__dict__.get("forward"), "checkpointed", None)
+            if index == 0:
+                self.ran.append([None] * self.units)
+            self.ran[-1][index] = ran
             left = (self.selective_bytes if ran in ("selective", "selective-offload")
                     else self.recompute_bytes if ran == "recompute" and
                     self.recompute_bytes is not None else self.unit_bytes)

@@ -6,6 +6,7 @@ torch.cuda.OutOfMemoryError past a capacity (budget_testing.ScriptedProbe)."""
 
 import warnings
 
+import pytest
 import torch
 
 from actoffload import budget, budget_profile, recompute
@@ -79,7 +80,7 @@ def _loop(model, x, ctx, steps, reference):
     return [str(w.message) for w in caught], skipped
 
 
-def _profiled(capacity, outside=UNIT, steps=None):
+def _profiled(capacity, outside=UNIT, steps=None, **kwargs):
     """A 4-layer model's budget (0.6 of the plain peak) on a device of
     `capacity` bytes (None: unbounded), each recomputed unit leaving an
     eighth of a kept one's bytes: the context, its probe, the number of
@@ -88,7 +89,7 @@ def _profiled(capacity, outside=UNIT, steps=None):
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.6, outside=outside)
+    ctx, probe = make(model, 0.6, outside=outside, **kwargs)
     probe.recompute_bytes = UNIT // 8
     probe.capacity = capacity
     joint = ctx.joint_budget
@@ -145,3 +146,19 @@ def test_a_window_that_runs_out_of_memory_runs_again_smaller():
     assert skipped == 1
     assert sum("runs again keeping fewer" in m for m in caught) == 1, caught
     assert ctx.joint_budget._windows.share < budget.budget_windows.SHARE / 2 * 0.8 * 4.2 / 3.875
+
+
+@pytest.mark.parametrize("granularity", ["layer", "block"])
+def test_each_window_runs_its_units_as_its_record_says(granularity):
+    # Blocks: 8 units (each layer's attention and MLP), each leaving 1 unit
+    # of bytes: windows of two, the rest recomputed (run 125 measured one
+    # block of a window as if it had run selectively).
+    ctx, probe, iterations, caught, skipped = _profiled(
+        int(4.5 * UNIT) if granularity == "layer" else int(6.5 * UNIT),
+        granularity=granularity)
+    assert skipped == 0 and not caught, caught
+    windows = ctx.joint_budget._profiles[0]["windows"]
+    assert len(windows) > 1
+    for ran, logged in zip(windows, probe.ran):  # the profile's first forwards
+        assert [None if how == "keep" else how for how in ran] == logged
+        assert set(ran) == {"keep", "recompute"}
