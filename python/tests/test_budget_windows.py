@@ -11,18 +11,11 @@ import torch
 
 from actoffload import budget, budget_profile, recompute
 from actoffload.probe import Clock
-from budget_testing import UNIT, Decoder, make, seeded_step
+from budget_testing import KEPT_RECORD, UNIT, Decoder, make, seeded_step
 from models import assert_identical
 
-# By hand (as test_joint_budget's kept record): bytes above the step's
-# start, host clock (ns). Three units; each forward leaves 100, the code
-# after unit 1 frees 20 (its input) before unit 2 begins; forwards of 90,
-# backward stretches of 200, the head 110 ns.
-KEPT = {"base": 0, "before": [10, 110, 190], "after": [110, 210, 290],
-        "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 290],
-        "bwd": [800, 600, 400], "end": 1000, "forward_peak": [130, 230, 310],
-        "backward_peak": [150, 240, 330], "head_peak": 330,
-        "bwd_allocated": [150, 200, 290], "peak": 330}
+KEPT = KEPT_RECORD  # one plain step of three units, by hand
+
 # The same step in two windows, on a device that holds neither whole.
 # Window A keeps units 0 and 1 and recomputes unit 2 (it leaves its output,
 # 5; its backward stretch re-runs it: 300 ns). Its allocations sit 1000

@@ -13,8 +13,8 @@ import torch
 import actoffload
 from actoffload import _common, budget, budget_profile, recompute
 from actoffload.probe import Clock
-from budget_testing import (UNIT, Decoder, ScriptedProbe, kept_trial, make, profile,
-                            seeded_step)
+from budget_testing import (KEPT_RECORD, UNIT, Decoder, ScriptedProbe, kept_trial, make,
+                            profile, seeded_step)
 from models import assert_identical
 
 
@@ -395,17 +395,12 @@ def test_units_of_one_structure_share_their_median_times():
 
 
 def test_the_profile_counts_what_each_unit_holds_once_the_next_begins():
-    # By hand, bytes above the step's start, host clock (ns). Kept (first
-    # record): each unit's forward leaves 100, but the code after unit 1
-    # frees 20 of it before unit 2 begins (a Hugging Face layer's input,
-    # which the layer does not save, goes when the model's loop moves on):
-    # unit 1 holds 80 from then on, and its re-run, what it left at its end.
+    # By hand (budget_testing.KEPT_RECORD, the first record): each unit's
+    # forward leaves 100, but the code after unit 1 frees 20 of it before
+    # unit 2 begins: unit 1 holds 80 from then on, and its re-run, what it
+    # left at its end.
     clock = Clock(False)
-    kept = {"base": 0, "before": [10, 110, 190], "after": [110, 210, 290],
-            "input": [5, 5, 5], "fwd": [0, 100, 200], "fwd_end": [90, 190, 290],
-            "bwd": [800, 600, 400], "end": 1000, "forward_peak": [130, 230, 310],
-            "backward_peak": [150, 240, 330], "head_peak": 330,
-            "bwd_allocated": [150, 200, 290], "peak": 330}
+    kept = KEPT_RECORD
     # Selective (second record): each keeps 40; its stretches' peaks hold
     # the cheap ops' outputs in the forward, the re-run's temporaries in the
     # backward.
