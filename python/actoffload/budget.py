@@ -150,6 +150,7 @@ class JointBudget:
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._windows = budget_windows.Windows()  # the kind being profiled, where it runs windows
+        self._steady = budget_edge.SteadyWatch(probe)  # steps out of memory after the warm-up
         self._recorder = budget_record.Recorder(probe)  # fills _record
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._left_out = set()  # profile kinds that ran out of device memory
@@ -244,6 +245,8 @@ class JointBudget:
         self.apply_pending()
         self.iteration += 1
         if not self.measuring:
+            if self._race is not None and self._steady.forward_begins():
+                budget_edge.steady_out_of_memory(self)
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
@@ -276,6 +279,8 @@ class JointBudget:
             self._not_rerun.add(index)
 
     def unit_ends(self, index, output):
+        if self._record is None and index == 0 and self.plan is not None:
+            self._steady.first_unit_ends(output)  # the pass's end, watched
         if self._record is not None and not self._recorder.unit_ends(
                 self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
@@ -344,6 +349,8 @@ class JointBudget:
         the allocator's peak (what an out-of-memory error held)."""
         if self._record is not None:
             self._recorder.forward_raised(self._record)
+        elif self.plan is not None:
+            self._steady.forward_raised()
 
     # --- profile, plan, calibration ---------------------------------------------
     def _recomputable(self, index):

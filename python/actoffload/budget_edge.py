@@ -4,6 +4,8 @@ torch.cuda.OutOfMemoryError and went on."""
 
 import warnings
 
+from . import _common
+
 
 def after_out_of_memory(budget):
     """At the next forward after a measured one of `budget` (a
@@ -58,3 +60,73 @@ def _profile_out_of_memory(budget, r, peak):
     if len(budget._profiles) == len(budget._profile_kinds()):
         budget._make_profile(*budget._profiles)
         budget._start_race()
+
+
+class SteadyWatch:
+    """After the warm-up, whether a step ran out of device memory: the
+    steady plan's forwards record nothing, so the pass's end is marked by
+    the first unit's output's gradient (one tensor hook a step), and the
+    allocator's count of out-of-memory errors (memory_stats(), not free)
+    is read only after a forward whose pass did not end: a batch skipped
+    after an error, an evaluation with grad on, a forward that raised."""
+
+    def __init__(self, probe):
+        self._ooms = getattr(probe, "ooms", None)
+        self._count = None     # the count when last read
+        self._watched = False  # whether the last forward's pass end is watched
+        self._ended = False
+
+    def forward_begins(self):
+        """At a forward after the warm-up: whether the last watched one
+        did not end its backward, and the count grew since it was read."""
+        if self._ooms is None:
+            return False
+        failed = False
+        if self._count is None:
+            self._count = self._ooms()  # once, at the first
+        elif self._watched and not self._ended:
+            count = self._ooms()
+            failed, self._count = count > self._count, count
+        self._watched = self._ended = False
+        return failed
+
+    def first_unit_ends(self, output):
+        """The first unit's forward ended with `output`: its gradient is
+        the pass's end (near it: the first unit's backward begins)."""
+        tensor = None if self._watched else _common.first_grad_tensor(output)
+        if tensor is not None:
+            self._watched = True
+            tensor.register_hook(self._pass_ended)
+
+    def forward_raised(self):
+        """The forward raised (an out-of-memory error in it, perhaps)."""
+        self._watched, self._ended = True, False
+
+    def _pass_ended(self, grad):
+        self._ended = True
+
+
+def steady_out_of_memory(budget):
+    """A step of `budget`'s settled plan ran out of device memory (the
+    device holds less than when the race measured it: memory beside the
+    model grew). The plan is dropped (JointRace::OutOfMemory, with the
+    peak the race measured for it, at most the budget: the device holds
+    less than that now) and the fastest trial left that fits the lowered
+    budget is kept (the warm-up is over: nothing is measured again). A
+    budget nothing measured keeps is a warning here, not a refusal: the
+    caller's loop goes on."""
+    race = budget._race
+    choice = race.plan["choice"]
+    if budget.plan is None or budget.plan["choice"] != choice:
+        return  # a plan made for a longer batch (budget_lengths)
+    peaks = [peak for _, peak, plan in race.all_trials if plan["choice"] == choice]
+    peak = min(max(peaks) if peaks else budget.budget_bytes, budget.budget_bytes)
+    told = [race.out_of_memory(peak)]
+    race.warm_up_ended(budget._race_iteration)
+    if race.refusal is not None and not budget._refused:
+        budget._refused = True
+        told.append(race.refusal)
+    for warning in told:
+        if warning is not None:
+            warnings.warn(warning, stacklevel=4)
+    budget._apply(race.plan)

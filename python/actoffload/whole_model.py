@@ -180,6 +180,7 @@ class OffloadActivations:
         self._unit_hooks = None  # the budget's hooks per offloaded unit (_common.UnitHooks)
         self._unit_hook_fns = None  # each unit's (pre, post) module hooks
         self._batch_hook_fn = None  # the first unit's pre-hook in a lean forward
+        self._first_end_fn = None  # and its forward hook
         self._top_at_enter = None  # the saved-tensor hooks in force at the enter
         self._active = False
         self._passthrough = False
@@ -222,6 +223,15 @@ class OffloadActivations:
         def hook(module, args, kwargs=None):
             if torch.is_grad_enabled() and not _common.in_backward():
                 self._joint.lengths.at_first_unit(args, kwargs or {})
+            return None
+        return _common.eagerly(hook)
+
+    def _first_unit_end_hook(self):
+        """A lean forward's hook at the first unit's end: the budget
+        watches the pass's end (budget_edge.SteadyWatch)."""
+        def hook(module, args, output):
+            if torch.is_grad_enabled() and not _common.in_backward():
+                self._joint.unit_ends(0, output)
             return None
         return _common.eagerly(hook)
 
@@ -295,7 +305,9 @@ class OffloadActivations:
             self._joint.install()
             if self._batch_hook_fn is None:
                 self._batch_hook_fn = self._batch_hook()
+                self._first_end_fn = self._first_unit_end_hook()
             self._handles.append(_register_pre_hook(self._units[0], self._batch_hook_fn))
+            self._handles.append(self._units[0].register_forward_hook(self._first_end_fn))
             return
         unit_hooks = self._per_unit and _common.saved_hooks_top() is not NotImplemented
         self._model_tensors_set = False
