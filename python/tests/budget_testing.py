@@ -92,7 +92,7 @@ class ScriptedProbe:
             if not torch.is_grad_enabled() or _common.in_backward():
                 return  # a recompute's re-run: its bytes are the backward's
             ran = getattr(module.__dict__.get("forward"), "checkpointed", None)
-            if index == 0:
+            if index == 0 or not self.ran:  # (a forward whose first unit ran without grad)
                 self.ran.append([None] * self.units)
             self.ran[-1][index] = ran
             left = (self.selective_bytes if ran in ("selective", "selective-offload")
