@@ -15,8 +15,8 @@ installed with `pip install --no-build-isolation ./python`.
 
 from .fine_grained import FineGrainedOffloader
 from .te import get_cpu_offload_context, mark_not_offload, start_offload
-from .whole_model import (NoOpManager, OffloadActivations, find_layers,
-                          get_act_offloading_ctx_manager)
+from .torchtune_compat import NoOpManager, get_act_offloading_ctx_manager
+from .whole_model import OffloadActivations, find_layers
 from ._common import new_session
 
 

@@ -156,8 +156,7 @@ class JointBudget:
         self._left_out = set()  # profile kinds that ran out of device memory
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
         self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
-        self._interim = None  # (plan, loop) of the race's, while a longer batch runs its own
-        self._interim_loop = None  # (choice, loop): the engine's loop for those batches
+        self._interim = budget_lengths.Interim(self)  # a longer batch's plan in the race
 
     # --- the race's state (engine/plan/joint_race.h) --------------------------------
     @property
@@ -240,7 +239,7 @@ class JointBudget:
         if self.refusal is not None:
             message, self.refusal = self.refusal, None
             raise ValueError(message)
-        self._end_interim()
+        self._interim.end()
         budget_edge.after_out_of_memory(self)
         self.apply_pending()
         self.iteration += 1
@@ -252,9 +251,7 @@ class JointBudget:
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
             self.lengths.warm_up_ended()  # the longest batch the race saw
             self.apply_pending()
-            if self._interim_loop is not None:
-                self._retired.append(self._interim_loop[1])
-                self._interim_loop = None
+            self._interim.retire()
             self._record = None
             return
         self._record = self._recorder.begin(self.units, profile=self.plan is None)
@@ -328,7 +325,7 @@ class JointBudget:
             self._make_profile(*self._profiles)
             self._start_race()
         elif record.get("for_one") or (other_shape and self._other_shapes < WARMUP_ITERATIONS):
-            # A plan made for this batch alone ran (_begin_interim), or the
+            # A plan made for this batch alone ran (budget_lengths.Interim), or the
             # race's on another length: the race waits for a like batch.
             self._other_shapes += 1
         elif self.plan is not None:
@@ -440,34 +437,12 @@ class JointBudget:
         if plan is None:
             return
         if for_one:
-            self._begin_interim(plan)
+            self._interim.begin(plan)
         else:
             self._apply(plan)
 
-    def _begin_interim(self, plan):
-        """In the race, before the forward's first unit: `plan`, made for
-        this forward's longer batch, runs it alone, not measured. The
-        race's plan and its engine loop come back at the next forward
-        (_end_interim): the same loop, whose host buffers are made, so the
-        race's timings of it are not disturbed."""
-        self._interim = (self.plan, self.owner.offloader)
-        self._record["for_one"] = True
-        self.plan = plan
-        choice = tuple(plan["choice"])
-        if self._interim_loop is None or self._interim_loop[0] != choice:
-            if self._interim_loop is not None:
-                self._retired.append(self._interim_loop[1])
-            self._interim_loop = (choice, self.make_loop(schedule_for(plan, self._index)))
-        self.owner.offloader = self._interim_loop[1]
-
-    def _end_interim(self):
-        """The race's plan and loop, in force again after a longer batch's."""
-        if self._interim is not None:
-            self.plan, self.owner.offloader = self._interim
-            self._interim = None
-
     def _apply(self, plan):
-        self._end_interim()  # (a forward of a plan for one batch may be in flight)
+        self._interim.end()  # (a forward of a plan for one batch may be in flight)
         if self.plan is not None and plan["choice"] == self.plan["choice"]:
             self.plan = plan
             return
@@ -481,10 +456,8 @@ class JointBudget:
     def _loop_for(self, plan):
         """A new engine loop for `plan`: the one a longer batch in the race
         ran it with, where there is one (its host buffers are made)."""
-        if self._interim_loop is not None and self._interim_loop[0] == tuple(plan["choice"]):
-            loop, self._interim_loop = self._interim_loop[1], None
-            return loop
-        return self.make_loop(schedule_for(plan, self._index))
+        loop = self._interim.take_loop(plan)
+        return loop if loop is not None else self.make_loop(schedule_for(plan, self._index))
 
     def unit_choices(self, plan):
         """The plan's choice for each unit (glue and the head left out)."""

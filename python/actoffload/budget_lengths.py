@@ -40,6 +40,7 @@ import warnings
 import torch
 
 from . import _common, recompute
+from .budget_units import schedule_for
 
 
 class LongerBatches:
@@ -204,3 +205,51 @@ class LongerBatches:
                 f"{self.budget.budget_bytes}; {then} the plan for that least budget",
                 stacklevel=5)
         return plan
+
+
+class Interim:
+    """In the race, a plan made for one longer batch (LongerBatches) runs
+    that forward alone, not measured. The race's plan and its engine loop
+    come back at the next forward: the same loop, whose host buffers are
+    made, so the race's timings of it are not disturbed. The loop made for
+    such a batch serves the next like it, and the plan with its choices
+    when that one is put in force (take_loop)."""
+
+    def __init__(self, budget):
+        self.budget = budget
+        self._saved = None  # the race's (plan, loop), while a longer batch runs its own
+        self._loop = None   # (choice, loop): the engine's loop for those batches
+
+    def begin(self, plan):
+        """Before the forward's first unit: `plan` runs this forward."""
+        b = self.budget
+        self._saved = (b.plan, b.owner.offloader)
+        b._record["for_one"] = True
+        b.plan = plan
+        choice = tuple(plan["choice"])
+        if self._loop is None or self._loop[0] != choice:
+            self.retire()
+            self._loop = (choice, b.make_loop(schedule_for(plan, b._index)))
+        b.owner.offloader = self._loop[1]
+
+    def end(self):
+        """The race's plan and loop, in force again."""
+        if self._saved is not None:
+            b = self.budget
+            b.plan, b.owner.offloader = self._saved
+            self._saved = None
+
+    def take_loop(self, plan):
+        """The loop a longer batch ran `plan` with (its host buffers are
+        made), handed over once; else None."""
+        if self._loop is not None and self._loop[0] == tuple(plan["choice"]):
+            loop, self._loop = self._loop[1], None
+            return loop
+        return None
+
+    def retire(self):
+        """The loop made for longer batches retires (the warm-up is over,
+        or a batch needs a plan with other choices)."""
+        if self._loop is not None:
+            self.budget._retired.append(self._loop[1])
+            self._loop = None

@@ -1,6 +1,6 @@
-"""torchtune's activation offloading, drop-in (OffloadActivations,
-NoOpManager, get_act_offloading_ctx_manager), on the engine's
-TrainingLoop (SPEC §4.7, §7):
+"""torchtune's activation offloading, drop-in (OffloadActivations; its
+NoOpManager and get_act_offloading_ctx_manager are in torchtune_compat.py),
+on the engine's TrainingLoop (SPEC §4.7, §7):
 
     with OffloadActivations():             # torchtune's usage
         loss = model(x).loss
@@ -24,7 +24,6 @@ the gradient reaching its output begins its backward (a tensor hook); the
 backward pass's end ends the iteration, whatever it reached.
 """
 
-import contextlib
 import warnings
 
 import torch
@@ -486,43 +485,3 @@ def _module_tensors(modules):
         tensors.extend(t for t in module._buffers.values() if t is not None)
         stack.extend(m for m in module._modules.values() if m is not None)
     return tensors
-
-
-class NoOpManager(torch.autograd.graph.saved_tensors_hooks):
-    """Saved tensors inside it stay as they are, even inside an offloading
-    context (torchtune's NoOpManager: the innermost hooks win)."""
-
-    def __init__(self):
-        super().__init__(lambda tensor: tensor, lambda tensor: tensor)
-
-
-def get_act_offloading_ctx_manager(model, enable_activation_offloading,
-                                   use_streams=True):
-    """torchtune's recipe helper: disabled, a null context; enabled, an
-    OffloadActivations over the model's layer stack (find_layers; the
-    whole forward if it has none) whose output head
-    (`model.output`, or a TiedLinear's `.linear`) runs under a NoOpManager,
-    as torchtune's does."""
-    if not enable_activation_offloading:
-        return contextlib.nullcontext()
-    try:
-        layers = find_layers(model)
-    except ValueError:
-        layers = None
-    context = OffloadActivations(use_streams=use_streams, layers=layers,
-                                 model=model)
-    output = getattr(model, "output", None)
-    if output is not None and not isinstance(output, torch.nn.Module):
-        output = getattr(output, "linear", None)  # torchtune's TiedLinear
-    if isinstance(output, torch.nn.Module):
-        noop = NoOpManager()
-        output.register_forward_pre_hook(lambda *args: noop.__enter__())
-        output.register_forward_hook(lambda *args: noop.__exit__(None, None, None))
-    elif hasattr(model, "decoder") and output is None:
-        raise NotImplementedError(
-            "Multimodal model does not support activation offloading yet. "
-            "Please set enable_activation_offloading=False")
-    else:
-        warnings.warn("actoffload: no output head (model.output) was found; "
-                      "its activations are offloaded with the rest", stacklevel=2)
-    return context

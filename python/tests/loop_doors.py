@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import actoffload
-from actoffload.whole_model import NoOpManager, get_act_offloading_ctx_manager
+from actoffload.torchtune_compat import NoOpManager, get_act_offloading_ctx_manager
 from models import Block, Stack
 
 MIN = 1024          # TE: elements
