@@ -37,13 +37,30 @@ def _loop(model, x, ctx, steps):
     return results, forwards, [str(w.message) for w in caught]
 
 
-@pytest.mark.parametrize("where", ["forward", "backward"])
-def test_a_race_plan_out_of_memory_never_runs_again_and_the_budget_comes_down(where):
+def _profiled(fraction=0.9, **kwargs):
+    """A Decoder, a batch, its step without the context, and a budget of
+    `fraction` of the plain peak (on the scripted device) whose profile
+    has run, each of its steps bit-identical: (model, x, reference, ctx,
+    probe)."""
     model = Decoder()
     x = torch.randn(2, 32, 64)
     reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9)
+    ctx, probe = make(model, fraction, **kwargs)
     profile(model, x, ctx, reference)
+    return model, x, reference, ctx, probe
+
+
+def _settled(**kwargs):
+    """_profiled, then the warm-up until the race has settled."""
+    model, x, reference, ctx, probe = _profiled(**kwargs)
+    while ctx.joint_budget.measuring or not ctx.joint_budget._settled:
+        assert_identical(reference, seeded_step(model, x, ctx))
+    return model, x, reference, ctx, probe
+
+
+@pytest.mark.parametrize("where", ["forward", "backward"])
+def test_a_race_plan_out_of_memory_never_runs_again_and_the_budget_comes_down(where):
+    model, x, reference, ctx, probe = _profiled()
     joint = ctx.joint_budget
     budget_bytes = joint.budget_bytes
     # The race's first plan does not fit this device, within the budget.
@@ -140,11 +157,7 @@ def test_a_forward_that_raises_inside_a_unit_lets_its_graph_go_at_once():
     # that memory).
     import gc
     import weakref
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9)
-    profile(model, x, ctx, reference)
+    model, x, reference, ctx, probe = _profiled()
     markers = []
 
     def tag(module, args, output):
@@ -207,14 +220,8 @@ def test_after_the_warm_up_a_plan_out_of_memory_gives_way_to_one_that_fits(
     # lean (no engine: only the first unit's hook watches the pass's end)
     # or through the engine.
     monkeypatch.setattr(budget, "LEAN", lean)
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9, allow_offload=not lean)
-    profile(model, x, ctx, reference)
+    model, x, reference, ctx, probe = _settled(allow_offload=not lean)
     joint = ctx.joint_budget
-    while joint.measuring or not joint._settled:
-        assert_identical(reference, seeded_step(model, x, ctx))
     assert_identical(reference, seeded_step(model, x, ctx))
     kept = tuple(joint.plan["choice"])
     assert joint.lean() == lean or not lean
@@ -241,14 +248,8 @@ def test_after_the_warm_up_an_error_after_the_backward_leaves_the_plan_alone():
     # The allocator counts an out-of-memory error raised after a step's
     # backward ended (in the optimizer's step, caught by the loop): the
     # plan that ran that step is not to blame, and stays.
-    model = Decoder()
-    x = torch.randn(2, 32, 64)
-    reference = seeded_step(model, x)
-    ctx, probe = make(model, 0.9)
-    profile(model, x, ctx, reference)
+    model, x, reference, ctx, probe = _settled()
     joint = ctx.joint_budget
-    while joint.measuring or not joint._settled:
-        seeded_step(model, x, ctx)
     assert_identical(reference, seeded_step(model, x, ctx))
     kept = tuple(joint.plan["choice"])
     with warnings.catch_warnings():

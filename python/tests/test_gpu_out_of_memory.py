@@ -19,13 +19,32 @@ pytest.importorskip("transformers")
 from test_gpu_budget import build, step  # noqa: E402
 
 
-def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_holds():
+def _model(compiled=False):
+    """The small Llama of test_gpu_budget.py (each layer compiled where
+    asked), a batch, and its step without the context: (model, ids, loss,
+    grads, peak)."""
     torch.use_deterministic_algorithms(True, warn_only=True)
     model = build()
+    if compiled:
+        for layer in model.model.layers:
+            layer.compile()
     ids = torch.randint(0, 1000, (2, 1024), device="cuda",
                         generator=torch.Generator("cuda").manual_seed(0))
     step(model, ids)
-    loss, grads, plain_peak = step(model, ids)
+    return (model, ids) + step(model, ids)
+
+
+def _cap(room, above):
+    """From now on the process may hold `above` (what is reserved or
+    allocated now) and `room` bytes more."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((above() + room) / total)
+
+
+def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_holds():
+    model, ids, loss, grads, plain_peak = _model()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.9)
     joint = ctx.joint_budget
     while joint.plan is None:  # the profile, with the whole device
@@ -35,11 +54,8 @@ def test_a_loop_that_skips_batches_out_of_memory_settles_on_a_plan_the_device_ho
     # resets the allocator's peak before each forward: after an error in the
     # backward, the budget reads what the failed step held at its units'
     # boundaries; in the forward, the peak as it raised.)
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(0).total_memory
     room = int(0.6 * plain_peak)
-    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + room) / total)
+    _cap(room, torch.cuda.memory_reserved)
     skipped, ran = 0, 0
     try:
         with pytest.warns(UserWarning, match="cannot hold that budget") as told:
@@ -83,26 +99,15 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
     # within what the allocator could hand out, its figures one plain
     # step's. Every step is bit-identical (with each layer compiled, to the
     # compiled model).
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = build()
-    if compiled:
-        for layer in model.model.layers:
-            layer.compile()
-    ids = torch.randint(0, 1000, (2, 1024), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
-    step(model, ids)
-    loss, grads, plain_peak = step(model, ids)
+    model, ids, loss, grads, plain_peak = _model(compiled)
     whole = actoffload.OffloadActivations(model, budget_fraction=0.5, granularity=granularity)
     while whole.joint_budget.plan is None:  # the profile with the whole device
         step(model, ids, whole)
     want = [whole.joint_budget.profile["units"][p] for p in whole.joint_budget._index]
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(0).total_memory
     room = int(0.7 * plain_peak)
     # The limit is on what the allocator reserves: 0.7 of the peak above
     # what is allocated now (blocks left partly used stay reserved).
-    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_allocated() + room) / total)
+    _cap(room, torch.cuda.memory_allocated)
     try:
         # What the allocator can still hand out cannot hold a plain step (the
         # step itself may or may not fail: blocks a test before left
@@ -170,23 +175,15 @@ def test_after_the_warm_up_a_plan_the_device_no_longer_holds_gives_way():
     # 0.9 of the settled plan's peak above what it holds. A loop that skips
     # the batch goes on with a plan the race measured lower
     # (budget_edge.SteadyWatch, steady_out_of_memory), bit-identical.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    model = build()
-    ids = torch.randint(0, 1000, (2, 1024), device="cuda",
-                        generator=torch.Generator("cuda").manual_seed(0))
-    step(model, ids)
-    loss, grads, _ = step(model, ids)
+    model, ids, loss, grads, _ = _model()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
     joint = ctx.joint_budget
     while joint.plan is None or joint.measuring:
         step(model, ids, ctx)
     kept_peak = max(step(model, ids, ctx)[2] for _ in range(2))
     kept = tuple(joint.plan["choice"])
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(0).total_memory
     room = int(0.9 * kept_peak)
-    torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_allocated() + room) / total)
+    _cap(room, torch.cuda.memory_allocated)
     try:
         skipped = 0
         with pytest.warns(UserWarning, match="cannot hold that budget"):
