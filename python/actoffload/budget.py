@@ -282,8 +282,7 @@ class JointBudget:
                 self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
         if self._record is not None and self._record["profile"]:
-            later = self._windows.unit_ended(self._record, index, [
-                self._recomputable(i) for i in range(len(self.units))])
+            later = self._windows.unit_ended(self._record, index, self._recomputable)
             if later:  # the window ends: they run before they are called
                 self._forwards.also(later, "recompute")
 

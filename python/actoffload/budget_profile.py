@@ -6,7 +6,8 @@ engine/unit_cost.h: UnitCost's fields by name) and each caller unit's place amon
 def make_profile(r, selective_record, clock, selective, kinds=None,
                  recompute_record=None, compiled=None, recomputable=None):
     """(profile, index): `r` is the first profile iteration's record (nothing
-    offloaded or recomputed), `selective_record` the second's (the units
+    offloaded or recomputed; or one stitched from its windows, stitch),
+    `selective_record` the second's (the units
     with selective[i] recomputed selectively) or None, `recompute_record`
     the last's (every unit that may be recomputed in full) or None;
     selective[i] says whether unit i may be recomputed selectively too;

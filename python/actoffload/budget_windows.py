@@ -48,7 +48,7 @@ class Windows:
 
     def unit_ended(self, r, index, recomputable):
         """Unit `index`'s forward ended in record `r`: the units after it
-        that are to be recomputed from now on (recomputable[i] says which
+        that are to be recomputed from now on (recomputable(i) says which
         may be), where the window ends here; else []. The most a unit run
         as the record's kind added (its stretch's peak above its start) is
         what the next one is taken to add; the window ends where what the
@@ -66,7 +66,7 @@ class Windows:
             return []
         r["window"] = None  # ended (once)
         later = [i for i in range(index + 1, len(r["ran"]))
-                 if recomputable[i] and r["ran"][i] != "recompute"]
+                 if recomputable(i) and r["ran"][i] != "recompute"]
         for i in later:
             r["ran"][i] = "recompute"
         return later
