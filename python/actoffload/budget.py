@@ -474,7 +474,8 @@ class JointBudget:
             kind = self._profiling()
             ran, choices = budget_windows.choices(
                 kind, self._eligible(kind), [self._recomputable(i) for i in range(len(self.units))],
-                self._windows.measured("keep" if kind == "all" else "selective"))
+                self._windows.measured("keep" if kind == "all" else "selective"),
+                self._windows.early)
             self._windows.begin(self._record, ran, choices, room)
         else:
             choices = self.unit_choices(self.plan)

@@ -39,7 +39,7 @@ def after_out_of_memory(budget):
 def _profile_out_of_memory(budget, r, peak):
     kind = budget._profiling()
     if kind == "all" and r.get("room") is not None:
-        budget._windows.shrink()
+        budget._windows.shrink(r)
         warnings.warn(
             f"actoffload: the budget's profile iteration (units kept, those after "
             f"them recomputed) ran out of device memory at {peak} bytes above the "

@@ -10,7 +10,16 @@ as the iteration's kind ("keep", "selective") while what the forward holds
 and the most a unit's forward was seen to add stay within SHARE of that
 room; the units after the window, and those measured before, are
 recomputed in full (what costs least to hold). The next iteration's window
-begins where this one's ended, until every unit has run the kind once;
+begins where this one's ended, one unit early: what the code after a unit
+frees counts in its figures (the layer's input, which the model's loop
+drops once the layer has run), and a unit recomputed in full may leave its
+caller holding what a plain step saves and the caller then frees there
+(Hugging Face's eager attention returns its weights; the layer drops them
+after its MLP). So a window's first new unit runs after one run as a plain
+step runs it, and is measured there (stitch takes a unit's figures from
+the first window that ran it as the kind). Where such a window runs out of
+memory, later ones begin where the last ended (Windows.shrink). This goes
+on until every unit has run the kind once;
 budget_profile.stitch then makes one record of them, as if one step had
 run them all so. A model whose forward holds less than SHARE of the room
 runs one window of every unit: the profile it always had."""
@@ -34,6 +43,7 @@ class Windows:
     def __init__(self):
         self.records = []  # this kind's iterations, each with its "ran"
         self.share = SHARE
+        self.early = True  # whether a window begins one unit early
         self._grown = 0    # the most a unit's forward added, as measured
 
     def begin(self, r, kind, choices, room):
@@ -44,7 +54,11 @@ class Windows:
         r["kind"] = kind
         r["ran"] = list(choices)
         r["room"] = room
-        r["window"] = False  # whether a unit ran the kind here (None: the window ended)
+        done = self.measured(kind)
+        # the units this window measures first (not the one it begins early with)
+        r["new"] = [how == kind and not (i < len(done) and done[i])
+                    for i, how in enumerate(choices)]
+        r["window"] = False  # whether a new unit ran the kind here (None: the window ended)
 
     def unit_ended(self, r, index, recomputable):
         """Unit `index`'s forward ended in record `r`: the units after it
@@ -52,13 +66,14 @@ class Windows:
         may be), where the window ends here; else []. The most a unit run
         as the record's kind added (its stretch's peak above its start) is
         what the next one is taken to add; the window ends where what the
-        forward holds and that would pass SHARE of the room."""
+        forward holds and that would pass SHARE of the room, once it has
+        run a unit not measured before."""
         if r["window"] is None:
             return []
         if r["ran"][index] == r["kind"] and r["kind"] != "recompute":
             added = r["forward_peak"][index] - (r["before"][index] - r["base"])
             self._grown = max(self._grown, added)
-            r["window"] = True
+            r["window"] = r["window"] or r["new"][index]
         if not r["window"] or r["room"] is None:
             return []
         held = r["after"][index] - r["base"]
@@ -93,9 +108,13 @@ class Windows:
         records, self.records = self.records, []
         return records, [r["ran"] for r in records]
 
-    def shrink(self):
-        """A window ran out of device memory: the next holds half as much."""
+    def shrink(self, r):
+        """Record `r`'s window ran out of device memory: the next holds half
+        as much, and where `r` began one unit early, none does from now on
+        (a window of that unit and one new one could fail at every step)."""
         self.share /= 2
+        if any(how == r["kind"] and not new for how, new in zip(r["ran"], r["new"])):
+            self.early = False
 
 
 def eligible(kind, selective_allowed):
@@ -109,15 +128,21 @@ def eligible(kind, selective_allowed):
     return [False] * len(selective_allowed)
 
 
-def choices(kind, measures, recomputable, measured):
+def choices(kind, measures, recomputable, measured, early=True):
     """(how the record names its kind, how each unit runs as the forward
     begins) in a profile iteration of `kind`; measures[i]:
     eligible(kind)[i]; recomputable[i]: whether unit i may be re-run;
     measured[i] (or shorter: False): whether an earlier window ran it as
-    the kind (it is recomputed now, where it may be)."""
+    the kind (it is recomputed now, where it may be, but, where `early`
+    (Windows.early), for the one right before a unit not measured yet: the
+    window begins with it)."""
     if kind == "recompute":
         return "recompute", ["recompute" if r else "keep" for r in recomputable]
     ran = "keep" if kind == "all" else "selective"
     done = list(measured) + [False] * (len(recomputable) - len(measured))
-    return ran, ["recompute" if d and r else ran if m else "keep"
-                 for m, r, d in zip(measures, recomputable, done)]
+    how = ["recompute" if d and r else ran if m else "keep"
+           for m, r, d in zip(measures, recomputable, done)]
+    for i in range(1, len(how) if early else 0):
+        if how[i - 1] == "recompute" and measures[i] and not done[i]:
+            how[i - 1] = ran
+    return ran, how

@@ -31,7 +31,12 @@ class ScriptedProbe:
     and what the step held is let go, as when the exception drops its graph;
     room() is then what is left of it (budget_windows.py). With
     `recompute_bytes`, a unit whose forward ran recomputed in full leaves
-    that many (else as many as kept)."""
+    that many (else as many as kept). With `caller_holds`, such a unit's
+    forward also returns that many bytes that its caller lets go only after
+    the next unit's forward (or as the backward begins: Hugging Face's eager attention returns its
+    weights, which the layer drops at its end, after its MLP; kept, the
+    unit saves them, and they count in its own bytes).
+    """
 
     def __init__(self, unit_bytes, outside, glue=0, selective_bytes=None):
         self.unit_bytes = unit_bytes
@@ -51,6 +56,8 @@ class ScriptedProbe:
         self.raised = 0    # out-of-memory errors
         self.reached = None  # the peak since an out-of-memory error
         self.recompute_bytes = None
+        self.caller_holds = 0
+        self.returned = []  # (the unit at whose forward's start they go, bytes)
         self.ran = []  # per forward, how each unit's forward ran (None: kept)
 
     def room(self):
@@ -69,8 +76,7 @@ class ScriptedProbe:
         if peak > self.capacity:
             self.raised += 1
             self.reached = self.capacity  # the peak reads what it held
-            self.now -= sum(left for _, left in self.held) + self.glued
-            self.held, self.glued = [], 0
+            self._let_go()
             raise torch.cuda.OutOfMemoryError(
                 f"scripted: {peak} bytes asked of a device of {self.capacity}")
 
@@ -79,13 +85,18 @@ class ScriptedProbe:
         for index, unit in enumerate(units):
             unit.register_forward_hook(self._forward_ended(index))
             if index > 0:
-                unit.register_forward_pre_hook(self._glue)
+                unit.register_forward_pre_hook(self._glue(index))
 
-    def _glue(self, module, args):
-        if torch.is_grad_enabled() and not _common.in_backward():
+    def _glue(self, index):
+        def hook(module, args):
+            if not torch.is_grad_enabled() or _common.in_backward():
+                return
+            self.now -= sum(b for at, b in self.returned if at <= index)
+            self.returned = [(at, b) for at, b in self.returned if at > index]
             self.now += self.glue
             self.glued += self.glue
             self.top = max(self.top, self.now)
+        return hook
 
     def _forward_ended(self, index):
         def hook(module, args, output):
@@ -100,6 +111,9 @@ class ScriptedProbe:
                     self.recompute_bytes is not None else self.unit_bytes)
             self.now += left
             self.held.append((index, left))
+            if ran == "recompute" and self.caller_holds:
+                self.now += self.caller_holds
+                self.returned.append((index + 2, self.caller_holds))
             self.top = max(self.top, self.now)
             tensor = _common.first_grad_tensor(output)
             if tensor is not None:
@@ -110,6 +124,8 @@ class ScriptedProbe:
 
     def _backward_begins(self, index):
         if not self.in_backward:
+            self.now -= sum(b for _, b in self.returned)  # the model's forward has returned
+            self.returned = []
             self._check_capacity("backward")
         while self.held and self.held[-1][0] > index:  # their backward has run
             self.now -= self.held.pop()[1]
@@ -122,8 +138,13 @@ class ScriptedProbe:
 
     def _step_ended(self):
         self.in_backward = False
-        self.now -= sum(left for _, left in self.held) + self.glued
-        self.held, self.glued = [], 0
+        self._let_go()
+
+    def _let_go(self):
+        """What the step held is let go (its end, or an error that drops its graph)."""
+        self.now -= (sum(left for _, left in self.held) + self.glued
+                     + sum(b for _, b in self.returned))
+        self.held, self.glued, self.returned = [], 0, []
 
     def allocated(self):
         return self.now if self.capacity is None else min(self.now, self.capacity)
