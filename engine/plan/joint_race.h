@@ -178,8 +178,10 @@ class JointRace {
   // dropped. Where `peak_bytes` is below the budget, the device cannot
   // hold the budget, and the budget becomes `peak_bytes` (the returned
   // warning says so). The units' budget is then lowered by the distance of
-  // `peak_bytes` from the budget (as it was) and the margin, and the race
-  // plans anew, the trials that fit kept; where it cannot be lowered, the
+  // `peak_bytes` from the budget (as it was) and the margin, and below the
+  // failed plan's predicted peak (a plan predicted to hold more would fail
+  // too), and the race plans anew, the trials that fit kept; where it
+  // cannot be lowered, the
   // race ends as when nothing measured fits (LastResort, KeepLowest).
   // Sets a plan in force (applied), where one is left that has not run out
   // of memory.

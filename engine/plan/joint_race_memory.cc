@@ -41,6 +41,7 @@ RaceStep JointRace::LowerAndReplan(int64_t lowered) {
 
 RaceStep JointRace::OutOfMemory(int64_t peak_bytes) {
   const std::vector<UnitChoice> choice = plan_.plan.choice;
+  const int64_t failed_peak = plan_.plan.peak_bytes;
   out_of_memory_.push_back(choice);
   runs_.clear();
   auto same = [&](const auto& x) { return x.plan.plan.choice == choice; };
@@ -71,8 +72,15 @@ RaceStep JointRace::OutOfMemory(int64_t peak_bytes) {
               std::to_string(peak_bytes) + " bytes";
     budget_ = peak_bytes;
   }
-  const int64_t lowered = units_budget_ - distance -
-                          static_cast<int64_t>(budget_ * options_.margin);
+  // Below what the model predicts for the plan that failed, too: a plan
+  // predicted to hold more would fail as well. (Where the step failed at
+  // the budget, the distance is none: a plan made after the warm-up, never
+  // measured, failed at what the budget allowed, and the fastest plan of
+  // the budget as it was, predicted to hold more, ran out of memory next.)
+  const int64_t lowered =
+      std::min(units_budget_ - distance -
+                   static_cast<int64_t>(budget_ * options_.margin),
+               failed_peak - 1);
   RaceStep out;
   if (lowered >= SmallestUnits()) {
     out = LowerAndReplan(lowered);
