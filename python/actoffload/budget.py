@@ -143,6 +143,7 @@ class JointBudget:
         self.peaks = []     # measured peak above the forward's start, per iteration
         self.refusal = None  # to raise at the next forward
         self._refused = False  # whether the race's refusal was taken
+        self.gave_way = False  # whether a settled plan ran out of memory (budget_edge)
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
@@ -254,6 +255,7 @@ class JointBudget:
             self._interim.retire()
             self._record = None
             return
+        self._steady.forget()
         self._record = self._recorder.begin(self.units, profile=self.plan is None)
         self._record["choice"] = None if self.plan is None else self.plan["choice"]
 
@@ -426,9 +428,14 @@ class JointBudget:
     def _take_refusal(self):
         """The race's refusal, raised once at the next forward (SPEC §7.8):
         made at the start (no plan fits the model), or when no plan the
-        warm-up ran fits as measured."""
+        warm-up ran fits as measured; once a settled plan gave way to a
+        device that holds less (SPEC §7.9), a warning instead."""
         if self._race.refusal is not None and not self._refused:
-            self.refusal, self._refused = self._race.refusal, True
+            self._refused = True
+            if self.gave_way:
+                warnings.warn(self._race.refusal, stacklevel=4)
+            else:
+                self.refusal = self._race.refusal
 
     def apply_pending(self):
         """Puts a plan made for a longer batch in force (budget_lengths)."""

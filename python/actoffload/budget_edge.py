@@ -66,29 +66,36 @@ class SteadyWatch:
     """After the warm-up, whether a step ran out of device memory: the
     steady plan's forwards record nothing, so the pass's end is marked by
     the first unit's output's gradient (one tensor hook a step), and the
-    allocator's count of out-of-memory errors (memory_stats(), not free)
-    is read only after a forward whose pass did not end: a batch skipped
-    after an error, an evaluation with grad on, a forward that raised."""
+    allocator's count of out-of-memory errors (memory_stats()) is read at
+    each such forward. A step failed where its pass did not end (a batch
+    skipped after an error, but also an evaluation with grad on) and the
+    count grew since its forward began: an error counted in a step whose
+    pass ended (in the optimizer's step) is not blamed on a later one."""
 
     def __init__(self, probe):
         self._ooms = getattr(probe, "ooms", None)
-        self._count = None     # the count when last read
+        self._count = None     # the count at the last forward read
         self._watched = False  # whether the last forward's pass end is watched
         self._ended = False
 
     def forward_begins(self):
         """At a forward after the warm-up: whether the last watched one
-        did not end its backward, and the count grew since it was read."""
+        did not end its backward, and the count grew since it began."""
         if self._ooms is None:
             return False
-        failed = False
-        if self._count is None:
-            self._count = self._ooms()  # once, at the first
-        elif self._watched and not self._ended:
-            count = self._ooms()
-            failed, self._count = count > self._count, count
+        count = self._ooms()
+        failed = (self._count is not None and self._watched and not self._ended
+                  and count > self._count)
+        self._count = count
         self._watched = self._ended = False
         return failed
+
+    def forget(self):
+        """A measured forward begins (the race's, after a plan gave way):
+        an error in it is the race's to read (after_out_of_memory), so the
+        count is read anew at the next steady forward."""
+        self._count = None
+        self._watched = self._ended = False
 
     def first_unit_ends(self, output):
         """The first unit's forward ended with `output`: its gradient is
@@ -111,22 +118,20 @@ def steady_out_of_memory(budget):
     device holds less than when the race measured it: memory beside the
     model grew). The plan is dropped (JointRace::OutOfMemory, with the
     peak the race measured for it, at most the budget: the device holds
-    less than that now) and the fastest trial left that fits the lowered
-    budget is kept (the warm-up is over: nothing is measured again). A
-    budget nothing measured keeps is a warning here, not a refusal: the
-    caller's loop goes on."""
+    less than that now, and below what the model predicts for it) and the
+    fastest trial left that fits the lowered budget is kept, or the race
+    measures plans made for it. From now on, a budget nothing measured
+    keeps is a warning, not a refusal: the caller's loop goes on."""
     race = budget._race
     choice = race.plan["choice"]
     if budget.plan is None or budget.plan["choice"] != choice:
         return  # a plan made for a longer batch (budget_lengths)
+    budget.gave_way = True
     peaks = [peak for _, peak, plan in race.all_trials if plan["choice"] == choice]
     peak = min(max(peaks) if peaks else budget.budget_bytes, budget.budget_bytes)
-    told = [race.out_of_memory(peak)]
+    warning = race.out_of_memory(peak)
+    if warning is not None:
+        warnings.warn(warning, stacklevel=4)
     race.warm_up_ended(budget._race_iteration)
-    if race.refusal is not None and not budget._refused:
-        budget._refused = True
-        told.append(race.refusal)
-    for warning in told:
-        if warning is not None:
-            warnings.warn(warning, stacklevel=4)
+    budget._take_refusal()  # a warning now
     budget._apply(race.plan)
