@@ -4,6 +4,8 @@ torch.cuda.OutOfMemoryError and went on."""
 
 import warnings
 
+import torch
+
 from . import _common
 
 
@@ -65,7 +67,8 @@ def _profile_out_of_memory(budget, r, peak):
 class SteadyWatch:
     """After the warm-up, whether a step ran out of device memory: the
     steady plan's forwards record nothing, so the pass's end is marked by
-    the first unit's output's gradient (one tensor hook a step), and the
+    the backward's end callback, queued as the first unit's output's
+    gradient comes (one tensor hook a step), and the
     allocator's count of out-of-memory errors (memory_stats()) is read at
     each such forward. A step failed where its pass did not end (a batch
     skipped after an error, but also an evaluation with grad on) and the
@@ -98,8 +101,10 @@ class SteadyWatch:
         self._watched = self._ended = False
 
     def first_unit_ends(self, output):
-        """The first unit's forward ended with `output`: its gradient is
-        the pass's end (near it: the first unit's backward begins)."""
+        """The first unit's forward ended with `output`: once its gradient
+        comes, the backward's end callback marks the pass's end (an error
+        in the first unit's own backward, a reload of its saved tensors,
+        say, comes after that gradient, and no callback runs then)."""
         tensor = None if self._watched else _common.first_grad_tensor(output)
         if tensor is not None:
             self._watched = True
@@ -110,6 +115,9 @@ class SteadyWatch:
         self._watched, self._ended = True, False
 
     def _pass_ended(self, grad):
+        torch.autograd.Variable._execution_engine.queue_callback(self._ends)
+
+    def _ends(self):
         self._ended = True
 
 

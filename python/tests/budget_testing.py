@@ -26,7 +26,8 @@ class ScriptedProbe:
     plus `over`. With `capacity`, a step whose peak would pass it raises
     torch.cuda.OutOfMemoryError where `out_of_memory` says ("forward": as
     the last unit's forward ends; "backward": as the units' backward
-    begins), counted in ooms(); the peak then reads the capacity until it is reset
+    begins; "first backward": as the first unit's backward ends, where
+    its input's gradient comes: a reload for it, say), counted in ooms(); the peak then reads the capacity until it is reset
     (and what is allocated never reads more),
     and what the step held is let go, as when the exception drops its graph;
     room() is then what is left of it (budget_windows.py). With
@@ -69,7 +70,7 @@ class ScriptedProbe:
     def _check_capacity(self, where):
         if self.capacity is None or where != self.out_of_memory:
             return
-        if where == "backward":
+        if where in ("backward", "first backward"):
             self.in_backward = True  # the peak as it would be in the backward
         peak = self.peak()
         self.in_backward = False
@@ -120,6 +121,10 @@ class ScriptedProbe:
                 tensor.register_hook(lambda grad: self._backward_begins(index))
             if index == self.units - 1:
                 self._check_capacity("forward")
+            if index == 0 and self.out_of_memory == "first backward":
+                first = _common.first_grad_tensor(args)
+                if first is not None:
+                    first.register_hook(lambda grad: self._check_capacity("first backward"))
         return hook
 
     def _backward_begins(self, index):

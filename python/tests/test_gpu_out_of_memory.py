@@ -121,15 +121,25 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
         ctx = actoffload.OffloadActivations(model, budget_bytes=int(0.45 * plain_peak),
                                             granularity=granularity)
         joint = ctx.joint_budget
-        iterations = 0
+        iterations, lost = 0, 0
         while joint.plan is None:
-            got_loss, got_grads, got_peak = step(model, ids, ctx)
             iterations += 1
+            try:
+                got_loss, got_grads, got_peak = step(model, ids, ctx)
+            except torch.cuda.OutOfMemoryError:
+                # Run 131 (one in four runs since windows hold half the
+                # room): a window's backward found no 32 MiB block with 95
+                # MiB reserved but unused and 90 MiB below the limit. It
+                # runs again smaller (SPEC 7.10).
+                lost += 1
+                continue
             assert got_peak <= free, (got_peak, free)  # the windows held
             assert torch.equal(loss, got_loss)
             assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
+        assert lost <= 1, lost
         got = [joint.profile["units"][p] for p in joint._index]
         print(f"plain peak {plain_peak}, room {free}, profile iterations {iterations} "
+              f"(out of memory: {lost}) "
               f"(with the whole device: {whole.joint_budget.iteration})",
               "saved bytes, windows / whole device:",
               [(g["saved_bytes"], w["saved_bytes"]) for g, w in zip(got, want)],
