@@ -69,7 +69,7 @@ class SteadyWatch:
     steady plan's forwards record nothing, so the pass's end is marked by
     the backward's end callback, queued as the first unit's output's
     gradient comes (one tensor hook a step), and the
-    allocator's count of out-of-memory errors (memory_stats()) is read at
+    allocator's count of out-of-memory errors (MemoryProbe.ooms) is read at
     each such forward. A step failed where its pass did not end (a batch
     skipped after an error, but also an evaluation with grad on) and the
     count grew since its forward began: an error counted in a step whose

@@ -39,9 +39,11 @@ class MemoryProbe:
         return int(min(free + reserved, limit)) - self.allocated()
 
     def ooms(self):
-        """How many out-of-memory errors the allocator has raised. (A
-        probe without this method: none are looked for.)"""
-        return torch.cuda.memory_stats(self.device).get("num_ooms", 0)
+        """How many out-of-memory errors the allocator has raised (read at
+        each forward after the warm-up: the nested statistics, which
+        memory_stats() flattens at some cost). (A probe without this
+        method: none are looked for.)"""
+        return torch.cuda.memory_stats_as_nested_dict(self.device).get("num_ooms", 0)
 
 
 class Clock:
