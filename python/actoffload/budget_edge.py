@@ -68,12 +68,12 @@ class SteadyWatch:
     """After the warm-up, whether a step ran out of device memory: the
     steady plan's forwards record nothing, so the pass's end is marked by
     the backward's end callback, queued as the first unit's output's
-    gradient comes (one tensor hook a step), and the
-    allocator's count of out-of-memory errors (MemoryProbe.ooms) is read at
-    each such forward. A step failed where its pass did not end (a batch
-    skipped after an error, but also an evaluation with grad on) and the
-    count grew since its forward began: an error counted in a step whose
-    pass ended (in the optimizer's step) is not blamed on a later one."""
+    gradient comes (one tensor hook a step), and the allocator's count of
+    out-of-memory errors (MemoryProbe.ooms) is read at each such forward.
+    A step failed where its pass did not end (a batch skipped after an
+    error, but also an evaluation with grad on) and the count grew since
+    its forward began: an error counted in a step whose pass ended (in the
+    optimizer's step) is not blamed on a later one."""
 
     def __init__(self, probe):
         self._ooms = getattr(probe, "ooms", None)
