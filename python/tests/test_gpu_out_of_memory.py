@@ -186,8 +186,11 @@ def test_after_the_warm_up_a_plan_the_device_no_longer_holds_gives_way():
     # the batch goes on with a plan predicted to hold less
     # (budget_edge.SteadyWatch, steady_out_of_memory, JointRace::OutOfMemory),
     # bit-identical. Run 128: a plan that gave way ran for 6 steps, then
-    # failed too (the allocator's blocks: 160 MB of the limit reserved but
-    # not usable), and the next, predicted to hold more, failed at every step.
+    # failed too (the allocator's blocks: what it reserved crept from 580 to
+    # 696 MB of a 705 MB limit over identical steps), and the next,
+    # predicted to hold more, failed at every step. (A step that fails
+    # before the model's forward begins would be counted as the plan
+    # before it: none has been seen to.)
     model, ids, loss, grads, _ = _model()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
     joint = ctx.joint_budget
