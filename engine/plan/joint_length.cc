@@ -33,7 +33,12 @@ UnitCost ScaledUnit(const UnitCost& unit, double ratio) {
   return u;
 }
 
-StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
+namespace {
+
+// PlanForLength within the units' budget `units_budget` (the race's, or
+// one lowered below it).
+StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
+                                int64_t units_budget) {
   if (!std::isfinite(ratio) || ratio < 1) {
     return InvalidArgumentError("plan for a longer batch: ratio " +
                                 std::to_string(ratio) + " is not at least 1");
@@ -46,7 +51,7 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   p.allow_offload = race.allow_offload();
   p.allow_recompute = race.allow_recompute();
   const int64_t outside = Scaled(race.outside(), ratio);  // beside the units
-  p.budget = race.units_budget() - (outside - race.outside());
+  p.budget = units_budget - (outside - race.outside());
   if (p.budget > 0) {
     if (StatusOr<JointPlan> same = EvaluateJoint(p, race.plan().choice);
         same.ok()) {
@@ -66,6 +71,35 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   out.plan = *std::move(plan);
   out.needs_budget = static_cast<int64_t>(std::ceil(
       static_cast<double>(*least + outside) / (1 - race.options().margin)));
+  return out;
+}
+
+}  // namespace
+
+StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
+  return PlanWithin(race, ratio, race.units_budget());
+}
+
+StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
+                                        int64_t failed_peak_bytes) {
+  if (!std::isfinite(ratio) || ratio < 1) {
+    return InvalidArgumentError("plan for a longer batch: ratio " +
+                                std::to_string(ratio) + " is not at least 1");
+  }
+  const int64_t growth = Scaled(race.outside(), ratio) - race.outside();
+  const int64_t lowered = std::min(
+      race.units_budget() -
+          static_cast<int64_t>(race.budget() * race.options().margin),
+      failed_peak_bytes - 1 + growth);
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
+  if (out.plan.peak_bytes >= failed_peak_bytes) {
+    return ResourceExhaustedError(
+        "plan for a batch " + std::to_string(ratio) +
+        " times the profiled one's size: none is predicted below " +
+        std::to_string(failed_peak_bytes) +
+        " bytes, the peak of the one that ran out of memory (the smallest)");
+  }
+  race.LowerUnitsBudget(std::min(lowered, race.units_budget() - 1));
   return out;
 }
 

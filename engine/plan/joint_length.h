@@ -43,6 +43,21 @@ struct LengthPlan {
 // REQUIRES: race.Start() succeeded.
 StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
 
+// After the warm-up, a step of the plan PlanForLength made for `ratio`,
+// predicted to peak at `failed_peak_bytes` (its plan.peak_bytes), ran out
+// of device memory: the device holds less than the model says it does.
+// Returns the plan for that length predicted below it, and lowers the
+// race's units' budget to what that plan was made within (at most the
+// failed plan's peak less one byte, plus what the bytes beside the units
+// grow by, and by the margin at least), so that later plans for longer
+// batches are made within it too.
+// Errors: those of PlanForLength; kResourceExhausted where no plan for
+//   that length is predicted below `failed_peak_bytes` (it was the
+//   smallest). On error the race is unchanged.
+// REQUIRES: race.Start() succeeded.
+StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
+                                        int64_t failed_peak_bytes);
+
 }  // namespace offload
 
 #endif  // OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_

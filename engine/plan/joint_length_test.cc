@@ -114,6 +114,44 @@ TEST(JointLengthTest, OffloadingPlansAreScaledToo) {
   EXPECT_OK(ValidateJointPlan(longer.plan, longer.problem));
 }
 
+TEST(JointLengthTest, APlanForALongerBatchThatRanOutOfMemoryGivesWayToOnePredictedLower) {
+  // 300 beside the units (450 at 1.5): the plan for 1.5 fits 1350 of the
+  // units' 1500. The device held less than it: the next plan for 1.5 is
+  // predicted below it, and the race plans longer batches within that.
+  JointRace race = Started(1800, 300);
+  const JointPlan kept = race.plan();
+  ASSERT_OK_AND_ASSIGN(LengthPlan failed, PlanForLength(race, 1.5));
+  ASSERT_OK_AND_ASSIGN(LengthPlan below,
+                       PlanForLengthBelow(race, 1.5, failed.plan.peak_bytes));
+  EXPECT_LT(below.plan.peak_bytes, failed.plan.peak_bytes);
+  EXPECT_NE(below.plan.choice, failed.plan.choice);
+  EXPECT_EQ(below.needs_budget, 0);
+  EXPECT_EQ(below.problem.budget, failed.plan.peak_bytes - 1);
+  EXPECT_EQ(race.units_budget(), failed.plan.peak_bytes - 1 + 150);
+  EXPECT_OK(ValidateJointPlan(below.plan, below.problem));
+  // Planned again for that length, the race gives the lower plan.
+  ASSERT_OK_AND_ASSIGN(LengthPlan again, PlanForLength(race, 1.5));
+  EXPECT_EQ(again.plan.choice, below.plan.choice);
+  // The race's own plan and budget stay: nothing measured them over.
+  EXPECT_EQ(race.plan().choice, kept.choice);
+  EXPECT_EQ(race.budget(), 1800);
+}
+
+TEST(JointLengthTest, WhereTheFailedPlanForALongerBatchWasTheSmallestNoneIsBelowIt) {
+  // At 4.0 no plan fits: the one made is the smallest, and nothing is
+  // predicted below it. The race is unchanged.
+  JointRace race = Started(1500, 100);
+  ASSERT_OK_AND_ASSIGN(LengthPlan smallest, PlanForLength(race, 4.0));
+  ASSERT_GT(smallest.needs_budget, 0);
+  const int64_t units_budget = race.units_budget();
+  EXPECT_EQ(PlanForLengthBelow(race, 4.0, smallest.plan.peak_bytes).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(race.units_budget(), units_budget);
+  EXPECT_EQ(PlanForLengthBelow(race, 0.5, 1000).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(race.units_budget(), units_budget);
+}
+
 TEST(JointLengthTest, ARatioBelowOneIsRefused) {
   JointRace race = Started(1500, 0);
   EXPECT_EQ(PlanForLength(race, 0.5).status().code(),

@@ -195,6 +195,14 @@ class JointRace {
     return out_of_memory_;
   }
 
+  // After the warm-up, the device holds less than the units' budget says:
+  // a plan made for a longer batch (joint_length.h: PlanForLengthBelow)
+  // ran out of memory. The units' budget becomes `units_budget`, what
+  // PlanForLength plans within from now on; the plan in force, its trials
+  // and the budget stay (nothing measured them over it).
+  // REQUIRES: units_budget < units_budget().
+  void LowerUnitsBudget(int64_t units_budget) { units_budget_ = units_budget; }
+
   // Whether iteration `iteration` (1 for the profile) is measured.
   bool Measuring(int iteration) const;
 

@@ -245,8 +245,9 @@ class JointBudget:
         self.apply_pending()
         self.iteration += 1
         if not self.measuring:
-            if self._race is not None and self._steady.forward_begins():
-                budget_edge.steady_out_of_memory(self)
+            failed = self._steady.forward_begins() if self._race is not None else None
+            if failed is not None:
+                budget_edge.steady_out_of_memory(self, failed)
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
@@ -279,7 +280,7 @@ class JointBudget:
 
     def unit_ends(self, index, output):
         if self._record is None and index == 0 and self.plan is not None:
-            self._steady.first_unit_ends(output)  # the pass's end, watched
+            self._steady.first_unit_ends(output, self.plan)  # the pass's end, watched
         if self._record is not None and not self._recorder.unit_ends(
                 self._record, index, self.units[index], output, self.backward_begins):
             self._not_rerun.add(index)
@@ -348,7 +349,7 @@ class JointBudget:
         if self._record is not None:
             self._recorder.forward_raised(self._record)
         elif self.plan is not None:
-            self._steady.forward_raised()
+            self._steady.forward_raised(self.plan)
 
     # --- profile, plan, calibration ---------------------------------------------
     def _recomputable(self, index):

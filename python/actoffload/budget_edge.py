@@ -78,19 +78,20 @@ class SteadyWatch:
     def __init__(self, probe):
         self._ooms = getattr(probe, "ooms", None)
         self._count = None     # the count at the last forward read
-        self._watched = False  # whether the last forward's pass end is watched
+        self._ran = None       # the plan the last watched forward ran
         self._ended = False
 
     def forward_begins(self):
-        """At a forward after the warm-up: whether the last watched one
-        did not end its backward, and the count grew since it began."""
+        """At a forward after the warm-up: the plan the last watched
+        forward ran where that forward did not end its backward and the
+        count grew since it began; else None."""
         if self._ooms is None:
-            return False
+            return None
         count = self._ooms()
-        failed = (self._count is not None and self._watched and not self._ended
-                  and count > self._count)
+        failed = (self._ran if self._count is not None and not self._ended
+                  and count > self._count else None)
         self._count = count
-        self._watched = self._ended = False
+        self._ran, self._ended = None, False
         return failed
 
     def forget(self):
@@ -98,21 +99,23 @@ class SteadyWatch:
         an error in it is the race's to read (after_out_of_memory), so the
         count is read anew at the next steady forward."""
         self._count = None
-        self._watched = self._ended = False
+        self._ran, self._ended = None, False
 
-    def first_unit_ends(self, output):
-        """The first unit's forward ended with `output`: once its gradient
-        comes, the backward's end callback marks the pass's end (an error
-        in the first unit's own backward, a reload of its saved tensors,
-        say, comes after that gradient, and no callback runs then)."""
-        tensor = None if self._watched else _common.first_grad_tensor(output)
+    def first_unit_ends(self, output, plan):
+        """The first unit's forward, of `plan`, ended with `output`: once
+        its gradient comes, the backward's end callback marks the pass's
+        end (an error in the first unit's own backward, a reload of its
+        saved tensors, say, comes after that gradient, and no callback runs
+        then)."""
+        tensor = None if self._ran is not None else _common.first_grad_tensor(output)
         if tensor is not None:
-            self._watched = True
+            self._ran = plan
             tensor.register_hook(self._pass_ended)
 
-    def forward_raised(self):
-        """The forward raised (an out-of-memory error in it, perhaps)."""
-        self._watched, self._ended = True, False
+    def forward_raised(self, plan):
+        """The forward, of `plan`, raised (an out-of-memory error in it,
+        perhaps)."""
+        self._ran, self._ended = plan, False
 
     def _pass_ended(self, grad):
         torch.autograd.Variable._execution_engine.queue_callback(self._ends)
@@ -121,20 +124,26 @@ class SteadyWatch:
         self._ended = True
 
 
-def steady_out_of_memory(budget):
-    """A step of `budget`'s settled plan ran out of device memory (the
-    device holds less than when the race measured it: memory beside the
-    model grew). The plan is dropped (JointRace::OutOfMemory, with the
-    peak the race measured for it, at most the budget: the device holds
-    less than that now, and below what the model predicts for it) and the
-    fastest trial left that fits the lowered budget is kept, or the race
-    measures plans made for it. From now on, a budget nothing measured
-    keeps is a warning, not a refusal: the caller's loop goes on."""
-    race = budget._race
-    choice = race.plan["choice"]
-    if budget.plan is None or budget.plan["choice"] != choice:
-        return  # a plan made for a longer batch (budget_lengths)
+def steady_out_of_memory(budget, failed):
+    """A step of `budget`'s settled plan `failed` ran out of device memory
+    (the device holds less than when the race measured it: memory beside
+    the model grew). Where it was made for longer batches
+    (budget_lengths), one predicted lower serves them. Else the plan is
+    dropped (JointRace::OutOfMemory, with the peak the race measured for
+    it, at most the budget: the device holds less than that now, and below
+    what the model predicts for it) and the fastest trial left that fits
+    the lowered budget is kept, or the race measures plans made for it.
+    From now on, a budget nothing measured keeps is a warning, not a
+    refusal: the caller's loop goes on. (Where a plan with other choices
+    came since, it has not run: nothing changes.)"""
+    if budget.plan is None or budget.plan["choice"] != failed["choice"]:
+        return
     budget.gave_way = True
+    if failed.get("for_ratio") is not None:
+        budget.lengths.out_of_memory(failed)
+        return
+    race = budget._race
+    choice = failed["choice"]
     peaks = [peak for _, peak, plan in race.all_trials if plan["choice"] == choice]
     peak = min(max(peaks) if peaks else budget.budget_bytes, budget.budget_bytes)
     warning = race.out_of_memory(peak)

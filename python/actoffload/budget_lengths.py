@@ -204,7 +204,33 @@ class LongerBatches:
                 f"budget of at least {plan['needs_budget']} bytes, and the budget is "
                 f"{self.budget.budget_bytes}; {then} the plan for that least budget",
                 stacklevel=5)
+        plan["for_ratio"] = ratio
         return plan
+
+    def out_of_memory(self, failed):
+        """After the warm-up, a step of `failed`, the plan made for batches
+        failed["for_ratio"] times the profiled one's size, ran out of device
+        memory: the plan for them predicted below it serves from now on
+        (the engine's PlanForLengthBelow: later plans for longer batches
+        are made within that too). Where `failed` was the smallest, it
+        stays, warned about."""
+        ratio = failed["for_ratio"]
+        try:
+            plan = self.budget._race.for_length_below(ratio, failed["peak_bytes"])
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            warnings.warn(
+                f"actoffload: a step of the plan for batches {ratio:.2f} times the "
+                f"profiled one's size ran out of device memory after the warm-up, and no "
+                f"plan for them is predicted to hold less ({error}); it runs on: shorter "
+                "batches would fit", stacklevel=5)
+            return
+        plan["for_ratio"] = ratio
+        warnings.warn(
+            f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
+            "one's size ran out of device memory after the warm-up: the device cannot "
+            f"hold that plan; they run one predicted to peak at {plan['peak_bytes']} "
+            f"bytes in the units, for {failed['peak_bytes']}", stacklevel=5)
+        self.budget._apply(plan)
 
 
 class Interim:

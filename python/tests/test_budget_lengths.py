@@ -399,6 +399,115 @@ def test_a_longer_batch_the_engine_cannot_plan_for_is_warned_about_and_runs():
     assert joint.plan is plan
 
 
+def _settled_then_longer(length, **kwargs):
+    """The warm-up on batches of 32 tokens, then two steps of one batch of
+    `length`, which a plan made for it runs from the second: (model, ctx,
+    probe, x, its step without the budget)."""
+    model, ctx, probe = _scripted(0.8, allow_offload=False, **kwargs)
+    it = 0
+    while ctx.joint_budget.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    x = _batch(length, it)
+    reference = seeded_step(model, x)
+    for _ in range(2):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    return model, ctx, probe, x, reference
+
+
+def _skipping(model, x, ctx, steps):
+    """`steps` steps of `x`, each skipped where the device runs out of
+    memory: what each gave (None where skipped), the plan in force at each
+    forward, and the warnings."""
+    joint = ctx.joint_budget
+    ran = []
+    handle = model.register_forward_pre_hook(lambda module, args: ran.append(joint.plan))
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            try:
+                results.append(seeded_step(model, x, ctx))
+            except torch.cuda.OutOfMemoryError:
+                results.append(None)
+    handle.remove()
+    return results, ran, [str(w.message) for w in caught]
+
+
+def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
+    # After the warm-up on 32 tokens, batches of 40 run a plan made for
+    # them; then the device holds less than that plan needs (memory beside
+    # the model grew). A loop that skips the batch goes on with a plan for
+    # 40 predicted lower (LongerBatches.out_of_memory, the engine's
+    # PlanForLengthBelow), bit-identical; shorter batches run it too. Before,
+    # only the race's own plan gave way, and every step of 40 failed.
+    model, ctx, probe, x, reference = _settled_then_longer(40)
+    joint = ctx.joint_budget
+    longer = joint.plan
+    assert longer["for_ratio"] == 1.25
+    probe.capacity = probe.peak() - 1
+    probe.out_of_memory = "backward"
+    results, ran, caught = _skipping(model, x, ctx, 6)
+    assert results[0] is None and ran[0] is longer
+    assert all(r is not None for r in results[1:]), results
+    for r in results[1:]:
+        assert_identical(reference, r)
+    assert ran[1]["peak_bytes"] < longer["peak_bytes"] and ran[1]["for_ratio"] == 1.25
+    assert all(plan is ran[1] for plan in ran[1:])
+    assert len(caught) == 1 and "1.25 times the profiled one's size ran out of device " \
+        "memory after the warm-up: the device cannot hold that plan" in caught[0], caught
+    assert probe.peak() <= probe.capacity
+    shorter = _batch(32, 999)
+    assert_identical(seeded_step(model, shorter), seeded_step(model, shorter, ctx))
+    assert joint.plan is ran[1]
+
+
+def test_after_the_warm_up_the_smallest_plan_for_longer_batches_out_of_memory_is_warned_about():
+    # Batches of 160 tokens need more than the budget: their plan is the
+    # smallest (warned about). Where the device holds less than even that,
+    # no plan is predicted lower: a warning says so and it runs on (the
+    # loop skips such batches; shorter ones would fit).
+    with pytest.warns(UserWarning, match="needs a budget of at least"):
+        model, ctx, probe, x, _ = _settled_then_longer(160)
+    smallest = ctx.joint_budget.plan
+    probe.capacity = probe.peak() - 1
+    probe.out_of_memory = "forward"
+    results, ran, caught = _skipping(model, x, ctx, 3)
+    assert results == [None] * 3 and all(plan is smallest for plan in ran)
+    assert caught and all("no plan for them is predicted to hold less" in m for m in caught), \
+        caught
+
+
+def test_after_the_warm_up_a_step_that_failed_before_its_batchs_plan_came_blames_no_plan():
+    # The model's first positional call is its first unit's, so a longer
+    # batch is seen there: its step runs the plan for 32 at 48 tokens, over
+    # the budget, and the plan for 48 comes at the next forward. On a
+    # device that holds the budget and no more, that step runs out of
+    # memory. The plan that failed is not the one in force now, which has
+    # not run yet: it stays (SteadyWatch says which plan a failed step ran).
+    model, ctx, probe = _scripted(0.8, _LayersFirst(), allow_offload=False)
+    joint = ctx.joint_budget
+    it = 0
+    while joint.measuring:
+        x = _batch(32, it)
+        assert_identical(_by_keyword(model, x), _by_keyword(model, x, ctx))
+        it += 1
+    x = _batch(48, it)
+    reference = _by_keyword(model, x)
+    planned = joint._race.for_length(1.5)["choice"]
+    assert planned != joint.plan["choice"]
+    probe.capacity = joint.budget_bytes
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            _by_keyword(model, x, ctx)
+        for _ in range(3):
+            assert_identical(reference, _by_keyword(model, x, ctx))
+    assert not caught, [str(w.message) for w in caught]
+    assert joint.plan["choice"] == planned and joint.plan["for_ratio"] == 1.5
+
+
 @pytest.mark.parametrize("allow_offload", [False, True])
 def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload):
     # The race measures plans on 32 tokens; every fifth batch in it has 48.

@@ -6,6 +6,8 @@ torch.cuda.OutOfMemoryError and skips the batch settles on a plan the
 device holds, every step it ran bit-identical to no offloading
 (budget_edge.after_out_of_memory, JointRace::OutOfMemory)."""
 
+import traceback
+
 import pytest
 import torch
 
@@ -179,6 +181,37 @@ def test_a_model_whose_plain_step_the_device_cannot_hold_is_profiled_in_windows(
         torch.cuda.empty_cache()
 
 
+def _skipping(model, ids, ctx, steps, want, room):
+    """`steps` steps of `ids`, each skipped where the device runs out of
+    memory, each that ran bit-identical to `want` (loss, grads) and within
+    `room`: (the choices each step that ran ran; (choices, predicted peak)
+    of each that failed in the model's forward or after it; where those
+    that failed before it raised)."""
+    joint = ctx.joint_budget
+    in_force = []  # per step, the plan its forward ran and its predicted peak
+    hook = model.register_forward_pre_hook(lambda module, args: in_force.__setitem__(
+        -1, (tuple(joint.plan["choice"]), joint.plan["peak_bytes"])))
+    ran, failed, before = [], [], []
+    try:
+        for _ in range(steps):
+            in_force.append(None)
+            try:
+                got_loss, got_grads, got_peak = step(model, ids, ctx)
+            except torch.cuda.OutOfMemoryError as e:
+                if in_force[-1] is None:  # before the model's forward: no plan's
+                    before.append(traceback.format_tb(e.__traceback__)[-4:])
+                else:
+                    failed.append(in_force[-1])
+                continue
+            ran.append(in_force[-1][0])
+            assert torch.equal(want[0], got_loss)
+            assert all(torch.equal(a, b) for a, b in zip(want[1], got_grads))
+            assert got_peak <= room
+    finally:
+        hook.remove()
+    return ran, failed, before
+
+
 def test_after_the_warm_up_a_plan_the_device_no_longer_holds_gives_way():
     # The race settled; then memory beside the model grows (an optimizer's
     # state first allocated after the warm-up, say): the process may hold
@@ -188,9 +221,8 @@ def test_after_the_warm_up_a_plan_the_device_no_longer_holds_gives_way():
     # bit-identical. Run 128: a plan that gave way ran for 6 steps, then
     # failed too (the allocator's blocks: what it reserved crept from 580 to
     # 696 MB of a 705 MB limit over identical steps), and the next,
-    # predicted to hold more, failed at every step. (A step that fails
-    # before the model's forward begins would be counted as the plan
-    # before it: none has been seen to.)
+    # predicted to hold more, failed at every step. Run 132: a step failed
+    # before the model's forward began, right after a plan gave way.
     model, ids, loss, grads, _ = _model()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
     joint = ctx.joint_budget
@@ -200,30 +232,52 @@ def test_after_the_warm_up_a_plan_the_device_no_longer_holds_gives_way():
     kept = tuple(joint.plan["choice"])
     room = int(0.9 * kept_peak)
     _cap(room, torch.cuda.memory_allocated)
-    in_force = []  # the plan each forward ran, and its predicted peak
-    hook = model.register_forward_pre_hook(lambda module, args: in_force.append(
-        (tuple(joint.plan["choice"]), joint.plan["peak_bytes"])))
     try:
-        ran, failed = [], []
         with pytest.warns(UserWarning, match="cannot hold that budget"):
-            for _ in range(14):
-                try:
-                    got_loss, got_grads, got_peak = step(model, ids, ctx)
-                except torch.cuda.OutOfMemoryError:
-                    failed.append(in_force[-1])
-                    continue
-                ran.append(in_force[-1][0])
-                assert torch.equal(loss, got_loss)
-                assert all(torch.equal(a, b) for a, b in zip(grads, got_grads))
-                assert got_peak <= room
+            ran, failed, before = _skipping(model, ids, ctx, 14, (loss, grads), room)
         print(f"kept {kept} at {kept_peak}; room {room}; failed {failed}; ran {ran}",
-              ctx.budget_plan(), sep="\n")
+              "raised before the model's forward:", *before, ctx.budget_plan(), sep="\n")
         assert failed and failed[0][0] == kept
         assert 1 <= len(failed) <= 4 and len(ran) >= 10
         assert kept not in ran
         for (_, peak), (_, later) in zip(failed, failed[1:]):
             assert later < peak  # each gave way to one predicted lower
     finally:
-        hook.remove()
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+
+
+def test_after_the_warm_up_a_plan_for_longer_batches_the_device_no_longer_holds_gives_way():
+    # After the warm-up on 1024 tokens, batches of 1280 run a plan made for
+    # them (budget_lengths); then the process may hold 0.9 of that plan's
+    # peak above what it holds. A loop that skips the batch goes on with a
+    # plan for 1280 predicted to hold less (LongerBatches.out_of_memory,
+    # the engine's PlanForLengthBelow), bit-identical. Before, only the
+    # race's own plan gave way: every step of 1280 failed.
+    model, ids, _, _, _ = _model()
+    ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
+    joint = ctx.joint_budget
+    while joint.plan is None or joint.measuring:
+        step(model, ids, ctx)
+    longer = torch.randint(0, 1000, (2, 1280), device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(1))
+    want = step(model, longer)[:2]
+    step(model, longer, ctx)
+    assert joint.plan.get("for_ratio") == pytest.approx(1.25), ctx.budget_plan()
+    kept_peak = max(step(model, longer, ctx)[2] for _ in range(2))
+    kept = tuple(joint.plan["choice"])
+    room = int(0.9 * kept_peak)
+    _cap(room, torch.cuda.memory_allocated)
+    try:
+        with pytest.warns(UserWarning, match="the device cannot hold that plan"):
+            ran, failed, before = _skipping(model, longer, ctx, 12, want, room)
+        print(f"kept {kept} at {kept_peak}; room {room}; failed {failed}; ran {ran}",
+              "raised before the model's forward:", *before, ctx.budget_plan(), sep="\n")
+        assert failed and failed[0][0] == kept
+        assert 1 <= len(failed) <= 4 and len(ran) >= 8
+        assert kept not in ran
+        for (_, peak), (_, later) in zip(failed, failed[1:]):
+            assert later < peak  # each gave way to one predicted lower
+    finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()

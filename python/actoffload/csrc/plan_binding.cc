@@ -233,6 +233,19 @@ void BindJointRace(py::module& m) {
            "a batch `ratio` times the profiled one's size, with needs_budget "
            "(0 where it fits the budget)",
            py::arg("ratio"))
+      .def("for_length_below",
+           [](offload::JointRace& r, double ratio, int64_t failed_peak_bytes) {
+             offload::LengthPlan length = ValueOrThrow(
+                 offload::PlanForLengthBelow(r, ratio, failed_peak_bytes));
+             py::dict out = PlanDict(length.plan, length.problem);
+             out["needs_budget"] = length.needs_budget;
+             return out;
+           },
+           "PlanForLengthBelow (engine/plan/joint_length.h): after a plan "
+           "for `ratio` predicted at `failed_peak_bytes` ran out of memory, "
+           "the plan for that length predicted below it (the race's units' "
+           "budget lowered to it)",
+           py::arg("ratio"), py::arg("failed_peak_bytes"))
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
               const std::vector<std::string>& choice) {
