@@ -90,7 +90,10 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
   const int64_t lowered = std::min(
       race.units_budget() -
           static_cast<int64_t>(race.budget() * race.options().margin),
-      failed_peak_bytes - 1 + growth);
+      failed_peak_bytes -
+          std::max<int64_t>(1, static_cast<int64_t>(
+                                   failed_peak_bytes * race.options().length_step)) +
+          growth);
   OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
   if (out.plan.peak_bytes >= failed_peak_bytes) {
     return ResourceExhaustedError(

@@ -47,10 +47,10 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
 // predicted to peak at `failed_peak_bytes` (its plan.peak_bytes), ran out
 // of device memory: the device holds less than the model says it does.
 // Returns the plan for that length predicted below it, and lowers the
-// race's units' budget to what that plan was made within (at most the
-// failed plan's peak less one byte, plus what the bytes beside the units
-// grow by, and by the margin at least), so that later plans for longer
-// batches are made within it too.
+// race's units' budget to what that plan was made within (the failed
+// plan's peak less options().length_step of it, at least one byte, plus
+// what the bytes beside the units grow by; and by the margin at least),
+// so that later plans for longer batches are made within it too.
 // Errors: those of PlanForLength; kResourceExhausted where no plan for
 //   that length is predicted below `failed_peak_bytes` (it was the
 //   smallest). On error the race is unchanged.

@@ -244,10 +244,12 @@ class JointBudget:
         budget_edge.after_out_of_memory(self)
         self.apply_pending()
         self.iteration += 1
+        # A steady step that failed gives way first: the race may then
+        # measure again (where the warm-up's iterations are not spent).
+        failed = self._steady.forward_begins() if self._race is not None else None
+        if failed is not None:
+            budget_edge.steady_out_of_memory(self, failed)
         if not self.measuring:
-            failed = self._steady.forward_begins() if self._race is not None else None
-            if failed is not None:
-                budget_edge.steady_out_of_memory(self, failed)
             if self._race is not None and self._race.warm_up_ended(self._race_iteration):
                 self._take_refusal()  # nothing measured fitted
                 self._apply(self._race.plan)  # the warm-up's end came mid-race

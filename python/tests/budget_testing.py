@@ -72,8 +72,9 @@ class ScriptedProbe:
             return
         if where in ("backward", "first backward"):
             self.in_backward = True  # the peak as it would be in the backward
+        reached, self.reached = self.reached, None  # (what this step would reach)
         peak = self.peak()
-        self.in_backward = False
+        self.in_backward, self.reached = False, reached
         if peak > self.capacity:
             self.raised += 1
             self.reached = self.capacity  # the peak reads what it held

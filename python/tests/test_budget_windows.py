@@ -180,6 +180,23 @@ def test_a_window_that_runs_out_of_memory_runs_again_smaller():
         ["recompute", "recompute", "recompute", "keep"]]
 
 
+def test_a_window_larger_than_the_least_that_runs_out_of_memory_still_lets_windows_begin_early():
+    # A window of unit 1 run early and units 2 and 3 new ran out of memory:
+    # the next holds half as much, and still begins one unit early (without
+    # it, a unit after a recomputed one is measured with what that one
+    # returned: GPU run 133). Only the least window, one early unit and one
+    # new, turns that off: it would fail at every step.
+    windows = budget.budget_windows.Windows()
+    r = {"kind": "keep", "ran": ["recompute", "keep", "keep", "keep", "recompute"],
+         "new": [False, False, True, True, False]}
+    windows.shrink(r)
+    assert windows.early and windows.share == budget.budget_windows.SHARE / 2
+    r = {"kind": "keep", "ran": ["recompute", "recompute", "keep", "keep", "recompute"],
+         "new": [False, False, False, True, False]}
+    windows.shrink(r)
+    assert not windows.early and windows.share == budget.budget_windows.SHARE / 4
+
+
 @pytest.mark.parametrize("granularity", ["layer", "block"])
 def test_each_window_runs_its_units_as_its_record_says(granularity):
     # Blocks: 8 units (each layer's attention and MLP), each leaving 1 unit
