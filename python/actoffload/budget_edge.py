@@ -80,6 +80,7 @@ class SteadyWatch:
         self._count = None     # the count at the last forward read
         self._ran = None       # the plan the last watched forward ran
         self._ended = False
+        self.held = None       # the plan of the last watched step whose pass ended
 
     def forward_begins(self):
         """At a forward after the warm-up: the plan the last watched
@@ -122,6 +123,7 @@ class SteadyWatch:
 
     def _ends(self):
         self._ended = True
+        self.held = self._ran
 
 
 def steady_out_of_memory(budget, failed):
@@ -140,7 +142,7 @@ def steady_out_of_memory(budget, failed):
         return
     budget.gave_way = True
     if failed.get("for_ratio") is not None:
-        budget.lengths.out_of_memory(failed)
+        budget.lengths.out_of_memory(failed, budget._steady.held)
         return
     race = budget._race
     choice = failed["choice"]

@@ -62,6 +62,7 @@ class LongerBatches:
         # grow with the batch (it is not hooked again).
         self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
+        self._failed = set()    # (ratio, choice): plans for longer batches that ran out of memory
 
     def pending_is_lean(self):
         """Whether the pending plan runs without the engine (budget.LEAN)."""
@@ -207,30 +208,43 @@ class LongerBatches:
         plan["for_ratio"] = ratio
         return plan
 
-    def out_of_memory(self, failed):
+    def out_of_memory(self, failed, held):
         """After the warm-up, a step of `failed`, the plan made for batches
         failed["for_ratio"] times the profiled one's size, ran out of device
         memory: the plan for them predicted below it serves from now on
         (the engine's PlanForLengthBelow: later plans for longer batches
-        are made within that too). Where `failed` was the smallest, it
-        stays, warned about."""
+        are made within that too). Where none is, or it is one that failed
+        at that length already (what the model predicts lower may not be:
+        GPU run 135), `held`, the plan of the last step whose backward
+        ended, runs again where it is another plan for that length; else
+        `failed` runs on. Each is warned about."""
         ratio = failed["for_ratio"]
+        self._failed.add((ratio, tuple(failed["choice"])))
         try:
             plan = self.budget._race.for_length_below(ratio, failed["peak_bytes"])
-        except (RuntimeError, ValueError) as error:  # the engine's Status
+            error = None
+        except (RuntimeError, ValueError) as e:  # the engine's Status
+            plan, error = None, e
+        said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the "
+                "profiled one's size ran out of device memory after the warm-up")
+        if plan is not None and (ratio, tuple(plan["choice"])) not in self._failed:
+            plan["for_ratio"] = ratio
             warnings.warn(
-                f"actoffload: a step of the plan for batches {ratio:.2f} times the "
-                f"profiled one's size ran out of device memory after the warm-up, and no "
-                f"plan for them is predicted to hold less ({error}); it runs on: shorter "
-                "batches would fit", stacklevel=5)
+                f"{said}: the device cannot hold that plan; they run one predicted to "
+                f"peak at {plan['peak_bytes']} bytes in the units, for "
+                f"{failed['peak_bytes']}", stacklevel=5)
+            self.budget._apply(plan)
             return
-        plan["for_ratio"] = ratio
-        warnings.warn(
-            f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
-            "one's size ran out of device memory after the warm-up: the device cannot "
-            f"hold that plan; they run one predicted to peak at {plan['peak_bytes']} "
-            f"bytes in the units, for {failed['peak_bytes']}", stacklevel=5)
-        self.budget._apply(plan)
+        why = (f"no plan for them is predicted to hold less ({error})" if error is not None
+               else "the plan predicted to hold less ran out of memory before")
+        if (held is not None and held.get("for_ratio") == ratio
+                and held["choice"] != failed["choice"]):
+            warnings.warn(f"{said}, and {why}; the last plan a whole step of theirs ran "
+                          "with runs again", stacklevel=5)
+            self.budget._apply(held)
+            return
+        warnings.warn(f"{said}, and {why}; it runs on: shorter batches would fit",
+                      stacklevel=5)
 
 
 class Interim:

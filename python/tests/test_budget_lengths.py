@@ -463,6 +463,69 @@ def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     assert joint.plan is ran[1]
 
 
+class _HoldsOnlyOne(_ScalesWithLength):
+    """A scripted device on which every plan but `only` (choices) peaks
+    `extra` bytes above what the model predicts (the model's error at a
+    length the race never ran), and which reads `over` for one step."""
+
+    only, extra = None, 0
+
+    def peak(self):
+        joint = self.ctx.joint_budget
+        wrong = joint.plan is not None and tuple(joint.plan["choice"]) != self.only
+        return super().peak() + (self.extra if wrong and self.only else 0)
+
+
+def test_after_the_warm_up_a_plan_for_longer_batches_that_held_comes_back_where_lower_ones_fail():
+    # Six layers; after the warm-up on 32 tokens, batches of 40 run a plan
+    # made for them. The device comes to hold less: it gives way to one
+    # predicted lower (three layers recomputed, then four), which runs. A
+    # step of it then fails (the allocator's blocks, say), and every plan
+    # predicted lower still peaks far above its prediction: each fails
+    # once, and then the plan whose steps ran comes back, bit-identical,
+    # rather than the smallest failing at every step (GPU run 135: a plan
+    # for 1.25 times the profiled size ran three steps, failed once, and
+    # the smallest after it failed seven times in a row).
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    probe.__class__ = _HoldsOnlyOne
+    joint = ctx.joint_budget
+    it = 0
+    while joint.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    x = _batch(40, it)
+    reference = seeded_step(model, x)
+    for _ in range(2):
+        assert_identical(reference, seeded_step(model, x, ctx))
+    probe.capacity = probe.peak() - 1
+    results, ran, _ = _skipping(model, x, ctx, 3)
+    assert results[0] is None and None not in results[1:]
+    held = joint.plan
+    assert ran[1] is held and held["for_ratio"] == 1.25
+    probe.only, probe.extra = tuple(held["choice"]), probe.capacity
+    probe.over = probe.capacity  # one step of it fails
+    assert _skipping(model, x, ctx, 1)[:2] == ([None], [held])
+    probe.over = 0
+    results, ran, caught = _skipping(model, x, ctx, 8)
+    skipped = [i for i, r in enumerate(results) if r is None]
+    assert 1 <= len(skipped) <= 3 and skipped == list(range(len(skipped))), results
+    lower = [plan["peak_bytes"] for plan in ran[:len(skipped)]]
+    assert all(peak < held["peak_bytes"] for peak in lower) and lower == sorted(lower)[::-1]
+    assert all(plan["choice"] == held["choice"] for plan in ran[len(skipped):])
+    for r in results[len(skipped):]:
+        assert_identical(reference, r)
+    assert "the last plan a whole step of theirs ran with runs again" in caught[-1], caught
+    # Another step of it fails: the plans below it failed at this length
+    # already, and it runs on.
+    probe.over = probe.capacity
+    assert _skipping(model, x, ctx, 1)[:2] == ([None], [joint.plan])
+    probe.over = 0
+    results, ran, caught = _skipping(model, x, ctx, 3)
+    assert None not in results and all(plan["choice"] == held["choice"] for plan in ran)
+    assert len(caught) == 1 and "ran out of memory before; it runs on" in caught[0], caught
+
+
 def test_after_the_warm_up_the_smallest_plan_for_longer_batches_out_of_memory_is_warned_about():
     # Batches of 160 tokens need more than the budget: their plan is the
     # smallest (warned about). Where the device holds less than even that,

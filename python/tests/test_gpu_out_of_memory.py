@@ -257,8 +257,11 @@ def test_after_the_warm_up_a_plan_for_longer_batches_the_device_no_longer_holds_
     # peak above what it holds. A loop that skips the batch goes on with a
     # plan for 1280 predicted to hold less (LongerBatches.out_of_memory,
     # the engine's PlanForLengthBelow, at least an eighth lower), bit-identical.
-    # Before, only the race's own plan gave way: every step of 1280 failed.
-    # (Run 134: the plan for 1280 was predicted at 431 MB and peaked at 566.)
+    # Where those fail too, the plan whose steps ran comes back. Before,
+    # only the race's own plan gave way: every step of 1280 failed. (Run
+    # 134: the plan for 1280 was predicted at 431 MB and peaked at 566; run
+    # 135: the smallest, predicted lowest, failed at every step where one
+    # predicted higher had run.)
     model, ids, _, _, _ = _model()
     ctx = actoffload.OffloadActivations(model, budget_fraction=0.6)
     joint = ctx.joint_budget
@@ -275,14 +278,15 @@ def test_after_the_warm_up_a_plan_for_longer_batches_the_device_no_longer_holds_
     _cap(room, torch.cuda.memory_allocated)
     try:
         with pytest.warns(UserWarning, match="the device cannot hold that plan"):
-            ran, failed, before = _skipping(model, longer, ctx, 12, want, room)
+            ran, failed, before = _skipping(model, longer, ctx, 14, want, room)
         print(f"kept {kept} at {kept_peak}; room {room}; failed {failed}; ran {ran}",
               "raised before the model's forward:", *before, ctx.budget_plan(), sep="\n")
         assert failed and failed[0][0] == kept
-        assert 1 <= len(failed) <= 4 and len(ran) >= 8
+        assert 1 <= len(failed) <= 6 and len(ran) >= 8
         assert kept not in ran
-        for (_, peak), (_, later) in zip(failed, failed[1:]):
-            assert later < peak  # each gave way to one predicted lower
+        for (_, peak), (choice, later) in zip(failed, failed[1:]):
+            # each gave way to one predicted lower, or to one whose steps ran
+            assert later < peak or choice in ran
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
         torch.cuda.empty_cache()
