@@ -142,7 +142,7 @@ def steady_out_of_memory(budget, failed):
         return
     budget.gave_way = True
     if failed.get("for_ratio") is not None:
-        budget.lengths.out_of_memory(failed, budget._steady.held)
+        budget.lengths.out_of_memory(failed, budget._steady)
         return
     race = budget._race
     choice = failed["choice"]

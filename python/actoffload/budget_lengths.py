@@ -208,18 +208,24 @@ class LongerBatches:
         plan["for_ratio"] = ratio
         return plan
 
-    def out_of_memory(self, failed, held):
+    def out_of_memory(self, failed, watch):
         """After the warm-up, a step of `failed`, the plan made for batches
         failed["for_ratio"] times the profiled one's size, ran out of device
         memory: the plan for them predicted below it serves from now on
         (the engine's PlanForLengthBelow: later plans for longer batches
         are made within that too). Where none is, or it is one that failed
         at that length already (what the model predicts lower may not be:
-        GPU run 135), `held`, the plan of the last step whose backward
-        ended, runs again where it is another plan for that length; else
-        `failed` runs on. Each is warned about."""
+        GPU run 135), the plan of the last step whose backward ended
+        (watch.held, a SteadyWatch) runs again, where it is another plan for
+        that length and that step ran after the first error at that length
+        (before it, the device held more: GPU run 136); else `failed` runs
+        on. Each is warned about."""
         ratio = failed["for_ratio"]
+        first = not any(r == ratio for r, _ in self._failed)
         self._failed.add((ratio, tuple(failed["choice"])))
+        if first:
+            watch.held = None  # a step that ran before it ran on more memory
+        held = watch.held
         try:
             plan = self.budget._race.for_length_below(ratio, failed["peak_bytes"])
             error = None

@@ -526,6 +526,32 @@ def test_after_the_warm_up_a_plan_for_longer_batches_that_held_comes_back_where_
     assert len(caught) == 1 and "ran out of memory before; it runs on" in caught[0], caught
 
 
+def test_after_the_warm_up_a_plan_for_longer_batches_that_held_before_the_device_shrank_does_not_come_back():
+    # Batches of 40 ran a plan made for them; then the device holds less
+    # than it, and every plan predicted lower peaks far above its
+    # prediction. The plan whose steps ran before the first error is not
+    # brought back (the device held more then: GPU run 136, where it failed
+    # at each of twelve steps): the last plan tried runs on, warned about.
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    probe.__class__ = _HoldsOnlyOne
+    joint = ctx.joint_budget
+    it = 0
+    while joint.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    x = _batch(40, it)
+    for _ in range(2):
+        seeded_step(model, x, ctx)
+    held = joint.plan
+    probe.capacity = probe.peak() - 1
+    probe.only, probe.extra = ("none",), probe.capacity
+    results, ran, caught = _skipping(model, x, ctx, 8)
+    assert results == [None] * 8
+    assert all(plan["choice"] != held["choice"] for plan in ran[1:]), ran
+    assert "it runs on" in caught[-1], caught
+
+
 def test_after_the_warm_up_the_smallest_plan_for_longer_batches_out_of_memory_is_warned_about():
     # Batches of 160 tokens need more than the budget: their plan is the
     # smallest (warned about). Where the device holds less than even that,
