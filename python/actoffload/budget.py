@@ -143,7 +143,7 @@ class JointBudget:
         self.peaks = []     # measured peak above the forward's start, per iteration
         self.refusal = None  # to raise at the next forward
         self._refused = False  # whether the race's refusal was taken
-        self.gave_way = False  # whether a settled plan ran out of memory (budget_edge)
+        self.gave_way = False  # whether a race's plan ran out of memory (budget_edge)
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
@@ -431,8 +431,9 @@ class JointBudget:
     def _take_refusal(self):
         """The race's refusal, raised once at the next forward (SPEC §7.8):
         made at the start (no plan fits the model), or when no plan the
-        warm-up ran fits as measured; once a settled plan gave way to a
-        device that holds less (SPEC §7.9), a warning instead."""
+        warm-up ran fits as measured; once a plan of the race ran out of
+        device memory (SPEC §7.9: the device, not the budget asked for, is
+        what no plan fits), a warning instead."""
         if self._race.refusal is not None and not self._refused:
             self._refused = True
             if self.gave_way:

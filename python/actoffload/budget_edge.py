@@ -20,7 +20,9 @@ def after_out_of_memory(budget):
     - the race's plan never runs again, and where the device gave out
       within the budget, the budget comes down to what it held
       (JointRace::OutOfMemory). Without this, the race ran the same plan
-      again at each forward until its warm-up ended."""
+      again at each forward until its warm-up ended. From then on, a
+      budget no measured plan keeps is a warning, not a refusal: the
+      device lowered it, and the caller's loop goes on."""
     r, budget._record = budget._record, None
     peak = None if r is None else budget._recorder.out_of_memory(r)
     if peak is None:
@@ -31,6 +33,7 @@ def after_out_of_memory(budget):
     same_length = r["input"][0] == budget._profiles[0]["input"][0]
     if budget._race is None or r.get("for_one") or not same_length:
         return  # a plan for one longer batch, or the race's on another length
+    budget.gave_way = True  # a refusal from now on is the device's: a warning
     warning = budget._race.out_of_memory(peak)
     if warning is not None:
         warnings.warn(warning, stacklevel=4)

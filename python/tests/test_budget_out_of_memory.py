@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from actoffload import _common, budget
-from budget_testing import Decoder, make, profile, seeded_step
+from budget_testing import Decoder, ScriptedProbe, make, profile, seeded_step
 from models import assert_identical
 
 
@@ -83,6 +83,43 @@ def test_a_race_plan_out_of_memory_never_runs_again_and_the_budget_comes_down(wh
     # Steady state: no more errors, bit-identical.
     for _ in range(3):
         assert_identical(reference, seeded_step(model, x, ctx))
+
+
+class _FailsOne(ScriptedProbe):
+    """A scripted device on which only a plan of choices `failing` runs
+    out of memory past the capacity (the allocator's blocks at the
+    device's edge decide as much as the plan)."""
+
+    failing = None
+
+    def _check_capacity(self, where):
+        joint = self.ctx.joint_budget
+        if joint.plan is None or tuple(joint.plan["choice"]) == self.failing:
+            super()._check_capacity(where)
+
+
+def test_in_the_race_a_budget_the_device_lowered_is_a_warning_not_a_refusal():
+    # The race's first plan runs out of memory at 0.5 of its predicted
+    # peak, and the budget comes down to that; every other plan measures
+    # 0.2 of it above its prediction, over that budget, and runs. No plan
+    # measured fits: the race keeps the one measured lowest. The loop,
+    # which catches torch.cuda.OutOfMemoryError and nothing else, goes on,
+    # told by a warning: the device lowered the budget, not the caller
+    # (GPU run 136: the refusal, a ValueError, ended such a loop in the
+    # warm-up). A budget no plan fits before any error is still refused.
+    model, x, reference, ctx, probe = _profiled()
+    probe.__class__ = _FailsOne
+    joint = ctx.joint_budget
+    first = joint.plan["peak_bytes"]
+    probe.failing = tuple(joint.plan["choice"])
+    probe.capacity, probe.over = first // 2, first // 5
+    probe.out_of_memory = "backward"
+    results, forwards, caught = _loop(model, x, ctx, 2 * budget.WARMUP_ITERATIONS)
+    refused = joint._race.refusal
+    assert refused is not None and any(refused in m for m in caught), caught
+    assert results[0] is None and None not in results[1:], results
+    for r in results[1:]:
+        assert_identical(reference, r)
 
 
 def test_a_plain_profile_iteration_out_of_memory_is_warned_about_and_runs_again():
