@@ -189,8 +189,9 @@ class JointRace {
   // `peak_bytes` from the budget (as it was) and the margin, and below the
   // failed plan's predicted peak (a plan predicted to hold more would fail
   // too), and the race plans anew, the trials that fit kept; where it
-  // cannot be lowered, the
-  // race ends as when nothing measured fits (LastResort, KeepLowest).
+  // cannot be lowered, the race ends as when nothing measured fits
+  // (LastResort, KeepLowest), and where every plan ran out of memory, the
+  // smallest runs anyway, settled, warned about (RunSmallestAnyway).
   // Sets a plan in force (applied), where one is left that has not run out
   // of memory.
   // Why: near the device's memory, a candidate measured over the budget is
@@ -326,6 +327,11 @@ class JointRace {
   // The units' budget lowered to `lowered` and the candidates planned
   // again, the trials that fit kept (those candidates run no more).
   RaceStep LowerAndReplan(int64_t lowered);
+  // Where every plan ran out of memory: the plan for the smallest units'
+  // budget is put in force and kept, though it ran out of memory too (a
+  // device that holds less than any plan; the allocator's blocks may still
+  // serve it). Returns the warning to give, or "" where there is none.
+  std::string RunSmallestAnyway();
 
   // Drops the candidates at the front that the model predicts slower than
   // the fastest trial that fits by more than options_.prune.

@@ -39,6 +39,17 @@ RaceStep JointRace::LowerAndReplan(int64_t lowered) {
   return out;
 }
 
+std::string JointRace::RunSmallestAnyway() {
+  const int64_t smallest = SmallestUnits();
+  std::optional<JointPlan> plan = PlanFor(smallest, allow_offload_, allow_recompute_);
+  if (!plan.has_value()) return "";
+  candidates_.clear();
+  Apply(Made(*std::move(plan), smallest));
+  settled_ = true;
+  return "actoffload: every plan the race can make of the units ran out of device "
+         "memory; the smallest runs (the device holds less than any plan needs)";
+}
+
 RaceStep JointRace::OutOfMemory(int64_t peak_bytes) {
   const std::vector<UnitChoice> choice = plan_.plan.choice;
   const int64_t failed_peak = plan_.plan.peak_bytes;
@@ -94,6 +105,10 @@ RaceStep JointRace::OutOfMemory(int64_t peak_bytes) {
   } else {
     units_budget_ = SmallestUnits();
     out = Replan();
+    if (!out.applied) {
+      out.warning = RunSmallestAnyway();
+      out.applied = !out.warning.empty();
+    }
   }
   if (!warning.empty()) {
     out.warning = out.warning.empty() ? warning : warning + "; " + out.warning;

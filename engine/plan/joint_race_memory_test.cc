@@ -177,5 +177,34 @@ TEST(JointRaceMemoryTest, WhereNothingLowerFitsTheLowestMeasuredIsKeptNotTheFail
   EXPECT_EQ(race.budget(), 9000);
 }
 
+// After the warm-up, every plan the race puts in force runs out of memory
+// in turn at the budget, nothing measured (a device far smaller than any
+// prediction): the plan that just failed is never the one put in force
+// next while another is left; where none is, the smallest runs, settled,
+// with a warning.
+TEST(JointRaceMemoryTest, PlansOutOfMemoryInTurnLeaveTheSmallestInForceLast) {
+  JointRace race = FourUnits(1000, 0);
+  ASSERT_OK(race.Start());
+  while (!race.settled()) RunCandidate(race, 1000, 900);
+  int steps = 0;
+  std::vector<UnitChoice> failed;
+  RaceStep step;
+  for (; steps < 40; ++steps) {
+    failed = race.plan().choice;
+    step = race.OutOfMemory(race.budget());
+    race.WarmUpEnded(100);
+    EXPECT_TRUE(step.applied) << steps;
+    if (race.plan().choice == failed) break;
+  }
+  ASSERT_LT(steps, 40);
+  EXPECT_GE(steps, 3);
+  // The smallest plan: every unit but the last offloaded, one unit's
+  // bytes at its peak.
+  EXPECT_EQ(race.plan().choice, (std::vector<UnitChoice>{O, O, O, K}));
+  EXPECT_EQ(race.plan().peak_bytes, 300);
+  EXPECT_TRUE(race.settled());
+  EXPECT_THAT(step.warning, HasSubstr("every plan the race can make of the units ran out"));
+}
+
 }  // namespace
 }  // namespace offload
