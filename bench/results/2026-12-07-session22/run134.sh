@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Issue 30, session 22 (run 134): where the steady tests' errors were raised.
+cd "$(dirname "$0")/snap"
+export PYTHONPATH=$PWD/python ACTOFFLOAD_BUILD_DIR=$PWD/build MAX_JOBS=16 CUBLAS_WORKSPACE_CONFIG=:4096:8
+(cd python && timeout 150 python -m pytest -q -s -p no:cacheprovider -p no:logging --tb=short -W ignore::DeprecationWarning tests/test_gpu_out_of_memory.py -k after_the_warm_up > $OUT/pytest-run134.full 2>&1)
+grep -v DEBUG $OUT/pytest-run134.full | grep -E '^E |passed|failed|FAILED|^kept' | tail -40 | cut -c1-3000 | tee $OUT/pytest-run134.txt
