@@ -4,6 +4,7 @@ allocator counters), a small decoder named as Hugging Face names its
 blocks, and a budget made with both."""
 
 import contextlib
+import warnings
 
 import torch
 import torch.utils.checkpoint
@@ -294,6 +295,27 @@ def seeded_step(model, x, ctx=None, inner=None):
         with ctx, (inner() if inner is not None else contextlib.nullcontext()):
             return model(x)
     return train_step(model, x, None if ctx is None else forward)
+
+
+def skipping(model, x, ctx, steps):
+    """`steps` seeded steps of `x`, each skipped where the device runs out
+    of memory (as a trainer's loop that catches
+    torch.cuda.OutOfMemoryError does): what each gave (None where
+    skipped), the budget's plan in force at each forward (None before
+    one), and the warnings' messages."""
+    joint = ctx.joint_budget
+    ran = []
+    handle = model.register_forward_pre_hook(lambda module, args: ran.append(joint.plan))
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(steps):
+            try:
+                results.append(seeded_step(model, x, ctx))
+            except torch.cuda.OutOfMemoryError:
+                results.append(None)
+    handle.remove()
+    return results, ran, [str(w.message) for w in caught]
 
 
 def profile(model, x, ctx, reference=None):

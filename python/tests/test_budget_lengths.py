@@ -14,7 +14,7 @@ import torch.nn.modules.module as module_hooks
 import actoffload
 from actoffload import _common
 from budget_testing import (UNIT, Decoder, ScriptedProbe, compile_layers, compile_module, make,
-                            seeded_step)
+                            seeded_step, skipping)
 from models import assert_identical, train_step
 
 
@@ -416,25 +416,6 @@ def _settled_then_longer(length, **kwargs):
     return model, ctx, probe, x, reference
 
 
-def _skipping(model, x, ctx, steps):
-    """`steps` steps of `x`, each skipped where the device runs out of
-    memory: what each gave (None where skipped), the plan in force at each
-    forward, and the warnings."""
-    joint = ctx.joint_budget
-    ran = []
-    handle = model.register_forward_pre_hook(lambda module, args: ran.append(joint.plan))
-    results = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(steps):
-            try:
-                results.append(seeded_step(model, x, ctx))
-            except torch.cuda.OutOfMemoryError:
-                results.append(None)
-    handle.remove()
-    return results, ran, [str(w.message) for w in caught]
-
-
 def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     # After the warm-up on 32 tokens, batches of 40 run a plan made for
     # them; then the device holds less than that plan needs (memory beside
@@ -448,7 +429,7 @@ def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     assert longer["for_ratio"] == 1.25
     probe.capacity = probe.peak() - 1
     probe.out_of_memory = "backward"
-    results, ran, caught = _skipping(model, x, ctx, 6)
+    results, ran, caught = skipping(model, x, ctx, 6)
     assert results[0] is None and ran[0] is longer
     assert all(r is not None for r in results[1:]), results
     for r in results[1:]:
@@ -486,28 +467,19 @@ def test_after_the_warm_up_a_plan_for_longer_batches_that_held_comes_back_where_
     # rather than the smallest failing at every step (GPU run 135: a plan
     # for 1.25 times the profiled size ran three steps, failed once, and
     # the smallest after it failed seven times in a row).
-    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    model, ctx, probe, x, reference = _settled_then_longer(40, model=Decoder(layers=6))
     probe.__class__ = _HoldsOnlyOne
     joint = ctx.joint_budget
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
-    x = _batch(40, it)
-    reference = seeded_step(model, x)
-    for _ in range(2):
-        assert_identical(reference, seeded_step(model, x, ctx))
     probe.capacity = probe.peak() - 1
-    results, ran, _ = _skipping(model, x, ctx, 3)
+    results, ran, _ = skipping(model, x, ctx, 3)
     assert results[0] is None and None not in results[1:]
     held = joint.plan
     assert ran[1] is held and held["for_ratio"] == 1.25
     probe.only, probe.extra = tuple(held["choice"]), probe.capacity
     probe.over = probe.capacity  # one step of it fails
-    assert _skipping(model, x, ctx, 1)[:2] == ([None], [held])
+    assert skipping(model, x, ctx, 1)[:2] == ([None], [held])
     probe.over = 0
-    results, ran, caught = _skipping(model, x, ctx, 8)
+    results, ran, caught = skipping(model, x, ctx, 8)
     skipped = [i for i, r in enumerate(results) if r is None]
     assert 1 <= len(skipped) <= 3 and skipped == list(range(len(skipped))), results
     lower = [plan["peak_bytes"] for plan in ran[:len(skipped)]]
@@ -519,9 +491,9 @@ def test_after_the_warm_up_a_plan_for_longer_batches_that_held_comes_back_where_
     # Another step of it fails: the plans below it failed at this length
     # already, and it runs on.
     probe.over = probe.capacity
-    assert _skipping(model, x, ctx, 1)[:2] == ([None], [joint.plan])
+    assert skipping(model, x, ctx, 1)[:2] == ([None], [joint.plan])
     probe.over = 0
-    results, ran, caught = _skipping(model, x, ctx, 3)
+    results, ran, caught = skipping(model, x, ctx, 3)
     assert None not in results and all(plan["choice"] == held["choice"] for plan in ran)
     assert len(caught) == 1 and "ran out of memory before; it runs on" in caught[0], caught
 
@@ -532,21 +504,13 @@ def test_after_the_warm_up_a_plan_for_longer_batches_that_held_before_the_device
     # prediction. The plan whose steps ran before the first error is not
     # brought back (the device held more then: GPU run 136, where it failed
     # at each of twelve steps): the last plan tried runs on, warned about.
-    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    model, ctx, probe, x, _ = _settled_then_longer(40, model=Decoder(layers=6))
     probe.__class__ = _HoldsOnlyOne
     joint = ctx.joint_budget
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
-    x = _batch(40, it)
-    for _ in range(2):
-        seeded_step(model, x, ctx)
     held = joint.plan
     probe.capacity = probe.peak() - 1
     probe.only, probe.extra = ("none",), probe.capacity
-    results, ran, caught = _skipping(model, x, ctx, 8)
+    results, ran, caught = skipping(model, x, ctx, 8)
     assert results == [None] * 8
     assert all(plan["choice"] != held["choice"] for plan in ran[1:]), ran
     assert "it runs on" in caught[-1], caught
@@ -562,7 +526,7 @@ def test_after_the_warm_up_the_smallest_plan_for_longer_batches_out_of_memory_is
     smallest = ctx.joint_budget.plan
     probe.capacity = probe.peak() - 1
     probe.out_of_memory = "forward"
-    results, ran, caught = _skipping(model, x, ctx, 3)
+    results, ran, caught = skipping(model, x, ctx, 3)
     assert results == [None] * 3 and all(plan is smallest for plan in ran)
     assert caught and all("no plan for them is predicted to hold less" in m for m in caught), \
         caught

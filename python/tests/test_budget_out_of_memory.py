@@ -11,30 +11,14 @@ import pytest
 import torch
 
 from actoffload import _common, budget
-from budget_testing import Decoder, ScriptedProbe, make, profile, seeded_step
+from budget_testing import Decoder, ScriptedProbe, make, profile, seeded_step, skipping
 from models import assert_identical
 
 
 def _loop(model, x, ctx, steps):
-    """`steps` seeded steps, each skipped where the device runs out of
-    memory (as a trainer's loop that catches it does). Returns what each
-    step gave (None where skipped), the plan in force at each forward, and
-    the warnings."""
-    joint = ctx.joint_budget
-    forwards = []
-    handle = model.register_forward_pre_hook(
-        lambda module, args: forwards.append(tuple(joint.plan["choice"])
-                                             if joint.plan is not None else None))
-    results = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(steps):
-            try:
-                results.append(seeded_step(model, x, ctx))
-            except torch.cuda.OutOfMemoryError:
-                results.append(None)
-    handle.remove()
-    return results, forwards, [str(w.message) for w in caught]
+    """budget_testing.skipping, each plan in force as its choices."""
+    results, ran, caught = skipping(model, x, ctx, steps)
+    return results, [None if p is None else tuple(p["choice"]) for p in ran], caught
 
 
 def _profiled(fraction=0.9, **kwargs):
