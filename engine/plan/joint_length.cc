@@ -35,14 +35,18 @@ UnitCost ScaledUnit(const UnitCost& unit, double ratio) {
 
 namespace {
 
-// PlanForLength within the units' budget `units_budget` (the race's, or
-// one lowered below it).
-StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
-                                int64_t units_budget) {
+Status CheckRatio(double ratio) {
   if (!std::isfinite(ratio) || ratio < 1) {
     return InvalidArgumentError("plan for a longer batch: ratio " +
                                 std::to_string(ratio) + " is not at least 1");
   }
+  return OkStatus();
+}
+
+// PlanForLength within the units' budget `units_budget` (the race's, or
+// one lowered below it).
+StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
+                                int64_t units_budget) {
   LengthPlan out;
   JointProblem& p = out.problem;
   for (const UnitCost& u : race.units()) p.units.push_back(ScaledUnit(u, ratio));
@@ -74,18 +78,34 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
   return out;
 }
 
+// The plan for `ratio` within the units' budget `lowered` (the race's
+// terms: PlanWithin takes off what the bytes beside the units grow by),
+// where it is predicted below `above_bytes`; the race's units' budget is
+// then lowered to `lowered`.
+StatusOr<LengthPlan> LowerTo(JointRace& race, double ratio, int64_t lowered,
+                             int64_t above_bytes) {
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
+  if (out.plan.peak_bytes >= above_bytes) {
+    return ResourceExhaustedError(
+        "plan for a batch " + std::to_string(ratio) +
+        " times the profiled one's size: none is predicted below " +
+        std::to_string(above_bytes) + " bytes, the peak of the one " +
+        "that ran (the smallest)");
+  }
+  race.LowerUnitsBudget(std::min(lowered, race.units_budget() - 1));
+  return out;
+}
+
 }  // namespace
 
 StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
+  OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));
   return PlanWithin(race, ratio, race.units_budget());
 }
 
 StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
                                         int64_t failed_peak_bytes) {
-  if (!std::isfinite(ratio) || ratio < 1) {
-    return InvalidArgumentError("plan for a longer batch: ratio " +
-                                std::to_string(ratio) + " is not at least 1");
-  }
+  OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));
   const int64_t growth = Scaled(race.outside(), ratio) - race.outside();
   const int64_t lowered = std::min(
       race.units_budget() -
@@ -94,16 +114,25 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
           std::max<int64_t>(1, static_cast<int64_t>(
                                    failed_peak_bytes * race.options().length_step)) +
           growth);
-  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
-  if (out.plan.peak_bytes >= failed_peak_bytes) {
-    return ResourceExhaustedError(
-        "plan for a batch " + std::to_string(ratio) +
-        " times the profiled one's size: none is predicted below " +
-        std::to_string(failed_peak_bytes) +
-        " bytes, the peak of the one that ran out of memory (the smallest)");
+  return LowerTo(race, ratio, lowered, failed_peak_bytes);
+}
+
+StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
+    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    int64_t measured_peak_bytes) {
+  OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));
+  if (measured_peak_bytes <= race.budget() + race.options().tolerance_bytes) {
+    return std::optional<LengthPlan>();
   }
-  race.LowerUnitsBudget(std::min(lowered, race.units_budget() - 1));
-  return out;
+  const int64_t growth = Scaled(race.outside(), ratio) - race.outside();
+  const int64_t over =
+      measured_peak_bytes - race.budget() +
+      static_cast<int64_t>(race.budget() * race.options().margin);
+  OFFLOAD_ASSIGN_OR_RETURN(
+      LengthPlan out,
+      LowerTo(race, ratio, predicted_peak_bytes - over + growth,
+              predicted_peak_bytes));
+  return std::optional<LengthPlan>(std::move(out));
 }
 
 }  // namespace offload

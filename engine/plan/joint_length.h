@@ -11,6 +11,7 @@
 #define OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
@@ -57,6 +58,29 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
 // REQUIRES: race.Start() succeeded.
 StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
                                         int64_t failed_peak_bytes);
+
+// After the warm-up, a step of the plan PlanForLength made for `ratio`,
+// predicted to peak at `predicted_peak_bytes` in its units (its
+// plan.peak_bytes), measured `measured_peak_bytes` above the forward's
+// start on a batch of that length (the step's peak as the user reads it).
+// Where that is within the budget and its tolerance, returns no plan: it
+// holds. Else the model under-predicts at this length, where the race never
+// measured: returns the plan for it predicted below the checked one by what
+// the step measured over the budget less its margin (the model's error
+// there taken as bytes added to every plan), and lowers the race's units'
+// budget to what that plan was made within, so that later plans for
+// longer batches are made within it too.
+// Errors: kInvalidArgument where ratio < 1 or not finite;
+//   kResourceExhausted where no plan for that length is predicted below
+//   `predicted_peak_bytes` (the checked one was the smallest). On error the
+//   race is unchanged.
+// REQUIRES: race.Start() succeeded.
+// Why: on an H200 (GPU runs 134, 135) the plan for batches 1.25 times the
+// profiled one's size was predicted at 448 MB with the bytes beside the
+// units, and peaked at 562-566 MB against a budget of 480 MB, with no error.
+StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
+    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    int64_t measured_peak_bytes);
 
 }  // namespace offload
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/plan/joint_plan.h"
@@ -151,6 +152,60 @@ TEST(JointLengthTest, WhereTheFailedPlanForALongerBatchWasTheSmallestNoneIsBelow
             StatusCode::kResourceExhausted);
   EXPECT_EQ(race.units_budget(), units_budget);
   EXPECT_EQ(PlanForLengthBelow(race, 0.5, 1000).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(race.units_budget(), units_budget);
+}
+
+TEST(JointLengthTest, APlanForALongerBatchMeasuredWithinTheBudgetHolds) {
+  // Measured at the budget (the tolerance is none here): no plan, the race
+  // unchanged. A byte over: a plan below it.
+  JointRace race = Started(1800, 300);
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
+  const int64_t units_budget = race.units_budget();
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> none,
+                       PlanForLengthMeasured(race, 1.5, longer.plan.peak_bytes, 1800));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_EQ(race.units_budget(), units_budget);
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
+                       PlanForLengthMeasured(race, 1.5, longer.plan.peak_bytes, 1801));
+  ASSERT_TRUE(lower.has_value());
+  EXPECT_LT(lower->plan.peak_bytes, longer.plan.peak_bytes);
+}
+
+TEST(JointLengthTest, APlanForALongerBatchMeasuredOverTheBudgetGivesWayByItsExcess) {
+  // 300 beside the units (450 at 1.5): the plan for 1.5 is made within
+  // 1350 of the units' 1500. A step of it measured 200 over the budget:
+  // the next plan for 1.5 is predicted 200 below it, and the race plans
+  // longer batches within that (150 more in its own terms).
+  JointRace race = Started(1800, 300);
+  const JointPlan kept = race.plan();
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
+  const int64_t predicted = longer.plan.peak_bytes;
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
+                       PlanForLengthMeasured(race, 1.5, predicted, 2000));
+  ASSERT_TRUE(lower.has_value());
+  EXPECT_EQ(lower->problem.budget, predicted - 200);
+  EXPECT_LE(lower->plan.peak_bytes, predicted - 200);
+  EXPECT_NE(lower->plan.choice, longer.plan.choice);
+  EXPECT_EQ(lower->needs_budget, 0);
+  EXPECT_OK(ValidateJointPlan(lower->plan, lower->problem));
+  EXPECT_EQ(race.units_budget(), predicted - 200 + 150);
+  ASSERT_OK_AND_ASSIGN(LengthPlan again, PlanForLength(race, 1.5));
+  EXPECT_EQ(again.plan.choice, lower->plan.choice);
+  // The race's own plan and budget stay: nothing measured them over.
+  EXPECT_EQ(race.plan().choice, kept.choice);
+  EXPECT_EQ(race.budget(), 1800);
+}
+
+TEST(JointLengthTest, TheSmallestPlanForALongerBatchMeasuredOverHasNoneBelowIt) {
+  JointRace race = Started(1500, 100);
+  ASSERT_OK_AND_ASSIGN(LengthPlan smallest, PlanForLength(race, 4.0));
+  ASSERT_GT(smallest.needs_budget, 0);
+  const int64_t units_budget = race.units_budget();
+  EXPECT_EQ(PlanForLengthMeasured(race, 4.0, smallest.plan.peak_bytes, 1600).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(race.units_budget(), units_budget);
+  EXPECT_EQ(PlanForLengthMeasured(race, 0.5, 1000, 1600).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(race.units_budget(), units_budget);
 }

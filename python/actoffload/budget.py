@@ -153,7 +153,8 @@ class JointBudget:
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
         self._windows = budget_windows.Windows()  # the kind being profiled, where it runs windows
-        self._steady = budget_edge.SteadyWatch(probe)  # steps out of memory after the warm-up
+        self._steady = budget_edge.SteadyWatch(  # steps out of memory after the warm-up
+            probe, ended=lambda plan: self.lengths.pass_ended(plan))
         self._recorder = budget_record.Recorder(probe)  # fills _record
         self._not_rerun = set()  # units that cannot be re-run (_recomputable)
         self._left_out = set()  # profile kinds that ran out of device memory
@@ -257,6 +258,7 @@ class JointBudget:
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
             self.lengths.warm_up_ended()  # the longest batch the race saw
             self.apply_pending()
+            self.lengths.check_begins()  # a plan for longer batches, not yet measured
             self._interim.retire()
             self._record = None
             return

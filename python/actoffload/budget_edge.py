@@ -78,8 +78,9 @@ class SteadyWatch:
     its forward began: an error counted in a step whose pass ended (in the
     optimizer's step) is not blamed on a later one."""
 
-    def __init__(self, probe):
+    def __init__(self, probe, ended=None):
         self._ooms = getattr(probe, "ooms", None)
+        self._on_end = ended   # called with the plan of each watched step whose pass ended
         self._count = None     # the count at the last forward read
         self._ran = None       # the plan the last watched forward ran
         self._ended = False
@@ -127,6 +128,8 @@ class SteadyWatch:
     def _ends(self):
         self._ended = True
         self.held = self._ran
+        if self._on_end is not None:
+            self._on_end(self._ran)
 
 
 def steady_out_of_memory(budget, failed):

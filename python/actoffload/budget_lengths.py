@@ -63,6 +63,8 @@ class LongerBatches:
         self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
         self._failed = set()    # (ratio, choice): plans for longer batches that ran out of memory
+        self._check = None      # [plan, steps left]: a plan for longer batches whose peak is read
+        self._checking = None   # this forward's: [plan, allocated at its start, its batch's ratio]
 
     def pending_is_lean(self):
         """Whether the pending plan runs without the engine (budget.LEAN)."""
@@ -119,6 +121,8 @@ class LongerBatches:
             # again: after the warm-up, from the next forward; in the race, not.
             if racing:
                 self._pending = None
+        elif not racing:
+            self.check_begins()  # the new plan runs this forward: its peak is read
         return None
 
     # --- the first unit -----------------------------------------------------------
@@ -136,6 +140,8 @@ class LongerBatches:
                 self._reference = reference
             elif abs(reference - self._reference) > 1e-6 * self._reference:
                 self._reference = False  # the first call does not grow with the batch
+        if self._checking is not None:
+            self._checking[2] = ratio
         if self.budget.measuring:
             self.seen = max(self.seen, ratio)
         else:
@@ -164,6 +170,7 @@ class LongerBatches:
         plan = self._for_length(ratio, "every batch from now on runs")
         if plan is None:
             return False
+        self._arm(plan)
         if plan["choice"] == self.budget.plan["choice"]:
             self._pending = None
             self.budget._apply(plan)  # the same choices: only its figures change
@@ -240,6 +247,7 @@ class LongerBatches:
                 f"peak at {plan['peak_bytes']} bytes in the units, for "
                 f"{failed['peak_bytes']}", stacklevel=5)
             self.budget._apply(plan)
+            self._arm(plan)
             return
         why = (f"no plan for them is predicted to hold less ({error})" if error is not None
                else "the plan predicted to hold less ran out of memory before")
@@ -251,6 +259,70 @@ class LongerBatches:
             return
         warnings.warn(f"{said}, and {why}; it runs on: shorter batches would fit",
                       stacklevel=5)
+
+
+    # --- checking a plan for longer batches -----------------------------------------
+    def _arm(self, plan):
+        """After the warm-up: the next budget.CHECKED_ITERATIONS steps of
+        `plan` on batches of its length read their peak (check_begins,
+        pass_ended), as the race checks the plan it keeps; nothing else
+        measured it. Not where it is the smallest plan for that length
+        (needs_budget: warned about, and nothing is below it)."""
+        from .budget import CHECKED_ITERATIONS
+        self._check = None if plan["needs_budget"] else [plan, CHECKED_ITERATIONS]
+
+    def check_begins(self):
+        """At a forward after the warm-up (or where a plan for a longer
+        batch is put in force before its first unit): where the plan in
+        force is being checked, the step's peak is read from here, the
+        allocator's peak counter reset (as in the race's measured steps)."""
+        self._checking = None
+        if self._check is None:
+            return
+        if self._check[0] is not self.budget.plan:
+            self._check = None  # another plan came: that one is not checked
+            return
+        probe = self.budget.probe
+        probe.reset_peak()
+        self._checking = [self._check[0], probe.allocated(), None]
+
+    def pass_ended(self, plan):
+        """The backward of a step of `plan` ended (budget_edge.SteadyWatch):
+        where it was a checked step on a batch of the plan's length, its
+        peak against the budget (the engine's PlanForLengthMeasured). Over
+        it, the plan for that length predicted lower by the excess serves
+        from then on, warned about, and is checked in turn; where none is
+        lower, a warning says so and the plan runs on."""
+        checking, self._checking = self._checking, None
+        if checking is None or checking[0] is not plan or self._check is None \
+                or self._check[0] is not plan:
+            return
+        ratio = plan["for_ratio"]
+        if checking[2] is None or abs(checking[2] - ratio) > 1e-6 * ratio:
+            return  # a batch of another length: not this plan's peak
+        budget = self.budget
+        peak = budget.probe.peak() - checking[1]
+        said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
+                f"one's size peaked at {peak} bytes above the forward's start, over the "
+                f"budget of {budget.budget_bytes} (the plan was predicted at "
+                f"{plan['peak_bytes']} bytes in the units)")
+        try:
+            lower = budget._race.for_length_measured(ratio, plan["peak_bytes"], peak)
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            self._check = None
+            warnings.warn(f"{said}, and no plan for them is predicted to hold less ({error}); "
+                          "it runs on", stacklevel=2)
+            return
+        if lower is None:  # it holds
+            self._check[1] -= 1
+            if self._check[1] == 0:
+                self._check = None
+            return
+        lower["for_ratio"] = ratio
+        warnings.warn(f"{said}; they run one predicted at {lower['peak_bytes']} bytes",
+                      stacklevel=2)
+        budget._apply(lower)
+        self._arm(lower)
 
 
 class Interim:

@@ -246,6 +246,24 @@ void BindJointRace(py::module& m) {
            "the plan for that length predicted below it (the race's units' "
            "budget lowered to it)",
            py::arg("ratio"), py::arg("failed_peak_bytes"))
+      .def("for_length_measured",
+           [](offload::JointRace& r, double ratio, int64_t predicted_peak_bytes,
+              int64_t measured_peak_bytes) -> py::object {
+             std::optional<offload::LengthPlan> length =
+                 ValueOrThrow(offload::PlanForLengthMeasured(
+                     r, ratio, predicted_peak_bytes, measured_peak_bytes));
+             if (!length.has_value()) return py::none();
+             py::dict out = PlanDict(length->plan, length->problem);
+             out["needs_budget"] = length->needs_budget;
+             return out;
+           },
+           "PlanForLengthMeasured (engine/plan/joint_length.h): a step of the "
+           "plan for `ratio`, predicted at `predicted_peak_bytes`, measured "
+           "`measured_peak_bytes` on a batch of that length: None where it "
+           "holds the budget, else the plan for that length predicted lower "
+           "by the excess (the race's units' budget lowered to it)",
+           py::arg("ratio"), py::arg("predicted_peak_bytes"),
+           py::arg("measured_peak_bytes"))
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
               const std::vector<std::string>& choice) {
