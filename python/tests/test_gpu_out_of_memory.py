@@ -195,6 +195,7 @@ def _skipping(model, ids, ctx, steps, want, room):
     try:
         for _ in range(steps):
             in_force.append(None)
+            held = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
             try:
                 got_loss, got_grads, got_peak = step(model, ids, ctx)
             except torch.cuda.OutOfMemoryError as e:
@@ -203,7 +204,8 @@ def _skipping(model, ids, ctx, steps, want, room):
                     before.append(where)
                 else:
                     failed.append(in_force[-1])
-                    print("failed:", *in_force[-1], "raised in", where[-3:])
+                    print("failed:", *in_force[-1], "raised in", where[-3:],
+                          "allocated, reserved before it:", *held)
                 continue
             ran.append(in_force[-1][0])
             assert torch.equal(want[0], got_loss)
