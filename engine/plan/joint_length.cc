@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace offload {
 namespace {
@@ -17,6 +18,10 @@ int64_t Scaled(int64_t bytes, double ratio) {
 }  // namespace
 
 UnitCost ScaledUnit(const UnitCost& unit, double ratio) {
+  return ScaledUnit(unit, ratio, ratio);
+}
+
+UnitCost ScaledUnit(const UnitCost& unit, double bytes_ratio, double time_ratio) {
   UnitCost u = unit;
   for (int64_t* bytes :
        {&u.saved_bytes, &u.input_bytes, &u.recompute_bytes,
@@ -24,11 +29,11 @@ UnitCost ScaledUnit(const UnitCost& unit, double ratio) {
         &u.recompute_forward_transient_bytes, &u.selective_bytes,
         &u.selective_forward_transient_bytes,
         &u.selective_backward_transient_bytes}) {
-    *bytes = Scaled(*bytes, ratio);
+    *bytes = Scaled(*bytes, bytes_ratio);
   }
   for (double* ns :
        {&u.forward_ns, &u.backward_ns, &u.recompute_ns, &u.selective_ns}) {
-    *ns *= ratio;
+    *ns *= time_ratio;
   }
   return u;
 }
@@ -49,7 +54,10 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
                                 int64_t units_budget) {
   LengthPlan out;
   JointProblem& p = out.problem;
-  for (const UnitCost& u : race.units()) p.units.push_back(ScaledUnit(u, ratio));
+  const double bytes_ratio = std::pow(ratio, race.length_exponent());
+  for (const UnitCost& u : race.units()) {
+    p.units.push_back(ScaledUnit(u, bytes_ratio, ratio));
+  }
   p.d2h_gbps = race.d2h_gbps();
   p.h2d_gbps = race.h2d_gbps();
   p.allow_offload = race.allow_offload();
@@ -73,8 +81,14 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
   StatusOr<JointPlan> plan = PlanJoint(p);
   if (!plan.ok()) return plan.status();
   out.plan = *std::move(plan);
+  // As the whole step's budget: with what measurements took off the
+  // units' budget (the model's error: JointRace::Lowered, LowerUnitsBudget).
+  const int64_t lowered = std::max<int64_t>(
+      0, static_cast<int64_t>(race.budget() * (1 - race.options().margin)) -
+             race.outside() - race.units_budget());
   out.needs_budget = static_cast<int64_t>(std::ceil(
-      static_cast<double>(*least + outside) / (1 - race.options().margin)));
+      static_cast<double>(*least + outside + lowered) /
+      (1 - race.options().margin)));
   return out;
 }
 
@@ -118,20 +132,37 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
 }
 
 StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
-    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    JointRace& race, double ratio, const std::vector<UnitChoice>& choice,
+    int64_t predicted_peak_bytes, int64_t needs_budget,
     int64_t measured_peak_bytes) {
-  OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));
-  if (measured_peak_bytes <= race.budget() + race.options().tolerance_bytes) {
+  if (!std::isfinite(ratio) || ratio <= 1) {
+    return InvalidArgumentError("checked plan for a longer batch: ratio " +
+                                std::to_string(ratio) + " is not above 1");
+  }
+  if (measured_peak_bytes <= std::max(race.budget(), needs_budget) +
+                                 race.options().tolerance_bytes) {
     return std::optional<LengthPlan>();
   }
-  const int64_t growth = Scaled(race.outside(), ratio) - race.outside();
-  const int64_t over =
-      measured_peak_bytes - race.budget() +
-      static_cast<int64_t>(race.budget() * race.options().margin);
-  OFFLOAD_ASSIGN_OR_RETURN(
-      LengthPlan out,
-      LowerTo(race, ratio, predicted_peak_bytes - over + growth,
-              predicted_peak_bytes));
+  // The checked plan's units at the profiled size, and what they measured.
+  const int64_t outside = Scaled(race.outside(), ratio);
+  const double profiled = static_cast<double>(predicted_peak_bytes) /
+                          std::pow(ratio, race.length_exponent());
+  const int64_t grown = measured_peak_bytes - outside;
+  if (profiled > 0 && grown > profiled) {
+    race.RaiseLengthExponent(std::max(
+        race.length_exponent(),
+        std::log(static_cast<double>(grown) / profiled) / std::log(ratio)));
+  }
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out,
+                           PlanWithin(race, ratio, race.units_budget()));
+  if (out.plan.choice == choice || out.plan.peak_bytes >= grown) {
+    return ResourceExhaustedError(
+        "plan for a batch " + std::to_string(ratio) +
+        " times the profiled one's size, its bytes grown as the ratio to the "
+        "power " + std::to_string(race.length_exponent()) +
+        ": none is predicted below " + std::to_string(grown) +
+        " bytes in the units, what the checked one measured (the smallest)");
+  }
   return std::optional<LengthPlan>(std::move(out));
 }
 

@@ -4,14 +4,18 @@
 // or re-creates, and every time it takes, grows with the batch's tokens
 // (SDPA's and the MLP's activations are linear in them), so a batch
 // `ratio` times the profiled one's size is the race's units scaled by
-// `ratio`, the bytes beside them too, within the same budget. Pure, as
-// the race is.
+// `ratio`, the bytes beside them too, within the same budget; where a
+// checked step measured the units' bytes growing faster (eager attention's
+// scores grow as the square of the tokens), their bytes are scaled by
+// `ratio` to the race's length_exponent(). Pure, as the race is, but for
+// the race's length state the functions below that take it mutable set.
 
 #ifndef OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
 #define OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
@@ -22,6 +26,8 @@ namespace offload {
 // (saved, input, re-created and transient ones) and times scaled, rounded
 // to the nearest byte and kept at least 1 where they were positive.
 UnitCost ScaledUnit(const UnitCost& unit, double ratio);
+// The same, its bytes scaled by `bytes_ratio` and its times by `time_ratio`.
+UnitCost ScaledUnit(const UnitCost& unit, double bytes_ratio, double time_ratio);
 
 struct LengthPlan {
   JointPlan plan;
@@ -59,27 +65,32 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
 StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
                                         int64_t failed_peak_bytes);
 
-// After the warm-up, a step of the plan PlanForLength made for `ratio`,
-// predicted to peak at `predicted_peak_bytes` in its units (its
-// plan.peak_bytes), measured `measured_peak_bytes` above the forward's
-// start on a batch of that length (the step's peak as the user reads it).
-// Where that is within the budget and its tolerance, returns no plan: it
-// holds. Else the model under-predicts at this length, where the race never
-// measured: returns the plan for it predicted below the checked one by what
-// the step measured over the budget less its margin (the model's error
-// there taken as bytes added to every plan), and lowers the race's units'
-// budget to what that plan was made within, so that later plans for
-// longer batches are made within it too.
-// Errors: kInvalidArgument where ratio < 1 or not finite;
-//   kResourceExhausted where no plan for that length is predicted below
-//   `predicted_peak_bytes` (the checked one was the smallest). On error the
-//   race is unchanged.
+// After the warm-up, a step of the plan PlanForLength made for `ratio`, of
+// `choice`, predicted to peak at `predicted_peak_bytes` in its units (its
+// plan.peak_bytes; `needs_budget` its needs_budget), measured
+// `measured_peak_bytes` above the forward's start on a batch of that length
+// (the step's peak as the user reads it). Where that is within the budget
+// (or needs_budget, where larger) and the tolerance, returns no plan: it
+// holds. Else the units' bytes grew faster than the model took them to:
+// the race's length_exponent() is raised to what the step measured (the
+// plan's units at the profiled size, grown to the measured peak less the
+// bytes beside them), and the plan for that length made with it is
+// returned (needs_budget set where none fits the budget at that growth).
+// Errors: kInvalidArgument where ratio <= 1 or not finite;
+//   kResourceExhausted where no plan for that length of other choices is
+//   predicted below the checked one at the measured growth (it was the
+//   smallest; the exponent stays raised: later plans for longer batches
+//   are made with it).
 // REQUIRES: race.Start() succeeded.
 // Why: on an H200 (GPU runs 134, 135) the plan for batches 1.25 times the
 // profiled one's size was predicted at 448 MB with the bytes beside the
 // units, and peaked at 562-566 MB against a budget of 480 MB, with no error.
+// Lowering the plan by that excess (run 139) left the peak where it was:
+// eager attention's bytes grow faster than the tokens, and a layer's
+// re-run, not an offset, held it.
 StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
-    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    JointRace& race, double ratio, const std::vector<UnitChoice>& choice,
+    int64_t predicted_peak_bytes, int64_t needs_budget,
     int64_t measured_peak_bytes);
 
 }  // namespace offload

@@ -139,6 +139,14 @@ TEST(JointLengthTest, APlanForALongerBatchThatRanOutOfMemoryGivesWayToOnePredict
   // The race's own plan and budget stay: nothing measured them over.
   EXPECT_EQ(race.plan().choice, kept.choice);
   EXPECT_EQ(race.budget(), 1800);
+  // A budget named for longer batches counts what the units' budget came
+  // down by (the model's error the device showed).
+  ASSERT_OK_AND_ASSIGN(LengthPlan four, PlanForLength(race, 4.0));
+  JointProblem scaled = Stack(4, 1.0, 1);
+  scaled.allow_offload = false;  // as the race
+  for (UnitCost& u : scaled.units) u = ScaledUnit(u, 4.0);
+  ASSERT_OK_AND_ASSIGN(int64_t least, SmallestJointBudget(scaled));
+  EXPECT_EQ(four.needs_budget, least + 1200 + (1500 - race.units_budget()));
 }
 
 TEST(JointLengthTest, WhereTheFailedPlanForALongerBatchWasTheSmallestNoneIsBelowIt) {
@@ -157,57 +165,92 @@ TEST(JointLengthTest, WhereTheFailedPlanForALongerBatchWasTheSmallestNoneIsBelow
 }
 
 TEST(JointLengthTest, APlanForALongerBatchMeasuredWithinTheBudgetHolds) {
-  // Measured at the budget (the tolerance is none here): no plan, the race
-  // unchanged. A byte over: a plan below it.
+  // At 1.2 every unit kept peaks at 1440, the units' budget there (360
+  // beside them). Measured at the budget (the tolerance is none here): no
+  // plan, the race unchanged. Ten bytes over (2.5 a unit): one unit re-run.
   JointRace race = Started(1800, 300);
-  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
+  ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.2));
+  ASSERT_THAT(longer.plan.choice, Each(UnitChoice::kKeep));
+  ASSERT_EQ(longer.plan.peak_bytes, 1440);
   const int64_t units_budget = race.units_budget();
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> none,
-                       PlanForLengthMeasured(race, 1.5, longer.plan.peak_bytes, 1800));
+                       PlanForLengthMeasured(race, 1.2, longer.plan.choice,
+                                             longer.plan.peak_bytes, 0, 1800));
   EXPECT_FALSE(none.has_value());
   EXPECT_EQ(race.units_budget(), units_budget);
+  EXPECT_EQ(race.length_exponent(), 1.0);
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
-                       PlanForLengthMeasured(race, 1.5, longer.plan.peak_bytes, 1801));
+                       PlanForLengthMeasured(race, 1.2, longer.plan.choice,
+                                             longer.plan.peak_bytes, 0, 1810));
   ASSERT_TRUE(lower.has_value());
-  EXPECT_LT(lower->plan.peak_bytes, longer.plan.peak_bytes);
+  EXPECT_GT(race.length_exponent(), 1.0);
+  EXPECT_LE(lower->plan.peak_bytes, 1440);
+  EXPECT_THAT(lower->plan.choice, Contains(UnitChoice::kRecompute));
 }
 
-TEST(JointLengthTest, APlanForALongerBatchMeasuredOverTheBudgetGivesWayByItsExcess) {
+TEST(JointLengthTest, APlanForALongerBatchMeasuredOverTheBudgetFitsHowTheBytesGrow) {
   // 300 beside the units (450 at 1.5): the plan for 1.5 is made within
-  // 1350 of the units' 1500. A step of it measured 200 over the budget:
-  // the next plan for 1.5 is predicted 200 below it, and the race plans
-  // longer batches within that (150 more in its own terms).
+  // 1350 of the units' 1500. A step of it measured 2000: its units held
+  // 1550, where the model said `predicted` (their bytes at the profiled
+  // size times 1.5). The bytes grow as 1.5 to the power that gives 1550;
+  // the plan for 1.5 made with that growth fits 1350, and so does the
+  // checked one predicted anew. Longer batches grow by that power too.
   JointRace race = Started(1800, 300);
   const JointPlan kept = race.plan();
+  const int64_t units_budget = race.units_budget();
   ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
   const int64_t predicted = longer.plan.peak_bytes;
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
-                       PlanForLengthMeasured(race, 1.5, predicted, 2000));
+                       PlanForLengthMeasured(race, 1.5, longer.plan.choice,
+                                             predicted, 0, 2000));
   ASSERT_TRUE(lower.has_value());
-  EXPECT_EQ(lower->problem.budget, predicted - 200);
-  EXPECT_LE(lower->plan.peak_bytes, predicted - 200);
+  const double grown = 1550.0 / (predicted / 1.5);
+  EXPECT_NEAR(race.length_exponent(), std::log(grown) / std::log(1.5), 1e-9);
+  EXPECT_EQ(lower->problem.units[0].saved_bytes, std::llround(300 * grown));
+  EXPECT_DOUBLE_EQ(lower->problem.units[0].forward_ns, 150);  // times stay linear
+  EXPECT_EQ(lower->problem.budget, 1350);
+  EXPECT_LE(lower->plan.peak_bytes, 1350);
   EXPECT_NE(lower->plan.choice, longer.plan.choice);
   EXPECT_EQ(lower->needs_budget, 0);
   EXPECT_OK(ValidateJointPlan(lower->plan, lower->problem));
-  EXPECT_EQ(race.units_budget(), predicted - 200 + 150);
+  JointProblem unbounded = lower->problem;
+  unbounded.budget = 1 << 20;
+  ASSERT_OK_AND_ASSIGN(JointPlan checked, EvaluateJoint(unbounded, longer.plan.choice));
+  EXPECT_NEAR(checked.peak_bytes, 1550, 4);  // the checked one, as measured
   ASSERT_OK_AND_ASSIGN(LengthPlan again, PlanForLength(race, 1.5));
   EXPECT_EQ(again.plan.choice, lower->plan.choice);
-  // The race's own plan and budget stay: nothing measured them over.
+  ASSERT_OK_AND_ASSIGN(LengthPlan twice, PlanForLength(race, 2.0));
+  EXPECT_EQ(twice.problem.units[0].saved_bytes,
+            std::llround(300 * std::pow(2.0, race.length_exponent())));
+  // The race's own plan, budget and units' budget stay: nothing measured
+  // them over.
   EXPECT_EQ(race.plan().choice, kept.choice);
   EXPECT_EQ(race.budget(), 1800);
+  EXPECT_EQ(race.units_budget(), units_budget);
 }
 
 TEST(JointLengthTest, TheSmallestPlanForALongerBatchMeasuredOverHasNoneBelowIt) {
+  // At 4.0 no plan fits: the one made is the smallest, and it holds up to
+  // the budget it needs. Measured over that, nothing is predicted below it.
   JointRace race = Started(1500, 100);
   ASSERT_OK_AND_ASSIGN(LengthPlan smallest, PlanForLength(race, 4.0));
-  ASSERT_GT(smallest.needs_budget, 0);
+  ASSERT_GT(smallest.needs_budget, 1500);
   const int64_t units_budget = race.units_budget();
-  EXPECT_EQ(PlanForLengthMeasured(race, 4.0, smallest.plan.peak_bytes, 1600).status().code(),
+  ASSERT_OK_AND_ASSIGN(
+      std::optional<LengthPlan> none,
+      PlanForLengthMeasured(race, 4.0, smallest.plan.choice, smallest.plan.peak_bytes,
+                            smallest.needs_budget, smallest.needs_budget));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_EQ(PlanForLengthMeasured(race, 4.0, smallest.plan.choice, smallest.plan.peak_bytes,
+                                  smallest.needs_budget, smallest.needs_budget + 1000)
+                .status()
+                .code(),
             StatusCode::kResourceExhausted);
   EXPECT_EQ(race.units_budget(), units_budget);
-  EXPECT_EQ(PlanForLengthMeasured(race, 0.5, 1000, 1600).status().code(),
+  EXPECT_EQ(PlanForLengthMeasured(race, 1.0, smallest.plan.choice, 1000, 0, 1600)
+                .status()
+                .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(race.units_budget(), units_budget);
 }
 
 TEST(JointLengthTest, ARatioBelowOneIsRefused) {

@@ -212,6 +212,18 @@ class JointRace {
   // REQUIRES: units_budget < units_budget().
   void LowerUnitsBudget(int64_t units_budget) { units_budget_ = units_budget; }
 
+  // The bytes of a batch `ratio` times the profiled one's size are taken to
+  // grow as `ratio` to this power (joint_length.h): 1, linear in the
+  // tokens, until a checked step of a plan for a longer batch measured
+  // more (PlanForLengthMeasured raises it). Why: eager attention's scores
+  // grow as the square of the tokens; on an H200 (GPU run 139) a plan for
+  // batches 1.5 times the profiled size peaked at 530 MB where the linear
+  // model said 402, and the plan predicted lower by that excess peaked at
+  // 532 MB (a layer's re-run, not an offset, held the peak).
+  double length_exponent() const { return length_exponent_; }
+  // REQUIRES: exponent >= length_exponent().
+  void RaiseLengthExponent(double exponent) { length_exponent_ = exponent; }
+
   // Whether iteration `iteration` (1 for the profile) is measured.
   bool Measuring(int iteration) const;
 
@@ -351,6 +363,7 @@ class JointRace {
   double h2d_gbps_;
   int64_t budget_;
   int64_t units_budget_;
+  double length_exponent_ = 1.0;
   std::string refusal_;
   bool has_plan_ = false;
   RacePlan plan_;

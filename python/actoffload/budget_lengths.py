@@ -266,10 +266,9 @@ class LongerBatches:
         """After the warm-up: the next budget.CHECKED_ITERATIONS steps of
         `plan` on batches of its length read their peak (check_begins,
         pass_ended), as the race checks the plan it keeps; nothing else
-        measured it. Not where it is the smallest plan for that length
-        (needs_budget: warned about, and nothing is below it)."""
+        measured it."""
         from .budget import CHECKED_ITERATIONS
-        self._check = None if plan["needs_budget"] else [plan, CHECKED_ITERATIONS]
+        self._check = [plan, CHECKED_ITERATIONS]
 
     def check_begins(self):
         """At a forward after the warm-up (or where a plan for a longer
@@ -289,10 +288,13 @@ class LongerBatches:
     def pass_ended(self, plan):
         """The backward of a step of `plan` ended (budget_edge.SteadyWatch):
         where it was a checked step on a batch of the plan's length, its
-        peak against the budget (the engine's PlanForLengthMeasured). Over
-        it, the plan for that length predicted lower by the excess serves
-        from then on, warned about, and is checked in turn; where none is
-        lower, a warning says so and the plan runs on."""
+        peak against the budget (or the least budget the plan was said to
+        need). Over it, the units' bytes grew faster with the batch than the
+        model took them to (eager attention's scores grow as the square of
+        the tokens): the engine fits that growth (PlanForLengthMeasured,
+        JointRace::length_exponent) and the plan it makes for that length
+        with it serves from then on, warned about, checked in turn; where
+        none is below the checked one, a warning says so and it runs on."""
         checking, self._checking = self._checking, None
         if checking is None or checking[0] is not plan or self._check is None \
                 or self._check[0] is not plan:
@@ -301,26 +303,34 @@ class LongerBatches:
         if checking[2] is None or abs(checking[2] - ratio) > 1e-6 * ratio:
             return  # a batch of another length: not this plan's peak
         budget = self.budget
+        race = budget._race
         peak = budget.probe.peak() - checking[1]
-        said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
-                f"one's size peaked at {peak} bytes above the forward's start, over the "
-                f"budget of {budget.budget_bytes} (the plan was predicted at "
-                f"{plan['peak_bytes']} bytes in the units)")
         try:
-            lower = budget._race.for_length_measured(ratio, plan["peak_bytes"], peak)
-        except (RuntimeError, ValueError) as error:  # the engine's Status
-            self._check = None
-            warnings.warn(f"{said}, and no plan for them is predicted to hold less ({error}); "
-                          "it runs on", stacklevel=2)
-            return
-        if lower is None:  # it holds
+            lower = race.for_length_measured(ratio, list(plan["choice"]), plan["peak_bytes"],
+                                             plan["needs_budget"], peak)
+            error = None
+        except (RuntimeError, ValueError) as e:  # the engine's Status
+            lower, error = None, e
+        if lower is None and error is None:  # it holds
             self._check[1] -= 1
             if self._check[1] == 0:
                 self._check = None
             return
+        said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
+                f"one's size peaked at {peak} bytes above the forward's start, over the "
+                f"budget of {max(budget.budget_bytes, plan['needs_budget'])} (its units were "
+                f"predicted at {plan['peak_bytes']} bytes): their bytes grow as the batch's "
+                f"size to the power {race.length_exponent:.2f}")
+        if error is not None:
+            self._check = None
+            warnings.warn(f"{said}, and no plan for them is predicted to hold less ({error}); "
+                          "it runs on", stacklevel=2)
+            return
         lower["for_ratio"] = ratio
-        warnings.warn(f"{said}; they run one predicted at {lower['peak_bytes']} bytes",
-                      stacklevel=2)
+        needs = (f"; no plan holds the budget at that growth: it is the plan for the least "
+                 f"that does, {lower['needs_budget']} bytes" if lower["needs_budget"] else "")
+        warnings.warn(f"{said}; they run a plan made for that, predicted at "
+                      f"{lower['peak_bytes']} bytes{needs}", stacklevel=2)
         budget._apply(lower)
         self._arm(lower)
 

@@ -444,39 +444,42 @@ def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     assert joint.plan is ran[1]
 
 
-class _LongerOver(_ScalesWithLength):
-    """A scripted device on which every plan made for longer batches peaks
-    `extra` bytes above what the model predicts (its error at a length the
-    race never measured)."""
-
-    extra = 0
+class _Quadratic(_ScalesWithLength):
+    """A scripted device on which, once planned, a plan's bytes grow as the
+    square of the batch's length (eager attention's scores), where the
+    model takes them to grow as the length."""
 
     def peak(self):
         joint = self.ctx.joint_budget
-        longer = joint.plan is not None and joint.plan.get("for_ratio") is not None
-        return super().peak() + (self.extra if longer else 0)
+        if joint.plan is None:
+            return super().peak()
+        d2h, h2d = joint.bandwidths
+        at_reference = _common.ext().evaluate_joint(
+            joint.model_units, d2h, h2d, 1 << 40, list(joint.plan["choice"]), True)
+        return at_reference["peak_bytes"] * self.length ** 2 // self.reference ** 2
 
 
 def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gives_way():
     # After the warm-up on 32 tokens, batches of 40 run a plan made for
-    # them, which nothing measured; on this device it peaks a tenth of the
-    # budget above its prediction (GPU runs 134-135: x1.18 of the budget,
-    # unwarned). Its first steps of that length read their peak, as the
-    # race checks the plan it keeps: the first is over, and from the next
-    # step the plan predicted lower by the excess runs (the engine's
-    # PlanForLengthMeasured), warned about once, checked in turn, within
-    # the budget. A step of 32 between them is not counted; after
+    # them, which nothing measured; on this device bytes grow as the square
+    # of the length, where the model takes them to grow as the length (GPU
+    # runs 134-135: x1.18 of the budget, unwarned). Its first steps of that
+    # length read their peak, as the race checks the plan it keeps: the
+    # first is over; the engine fits the growth (PlanForLengthMeasured: the
+    # bytes grow as the length to the power 2) and the plan it makes with
+    # it runs from the next step, warned about once, checked in turn,
+    # within the budget. A step of 32 between them is not counted; after
     # CHECKED_ITERATIONS steps of 40 the allocator's peak counter is no
-    # longer reset. Every step bit-identical.
+    # longer reset. Batches of 48 then get a plan made with that growth,
+    # within the budget from their first step. Every step bit-identical.
     model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
-    probe.__class__ = _LongerOver
     joint = ctx.joint_budget
     it = 0
     while joint.measuring:
         x = _batch(32, it)
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
         it += 1
-    probe.extra = joint.budget_bytes // 10
+    probe.__class__ = _Quadratic
     peaks, plans, resets = [], [], []
 
     def at_head(module, args):  # in the budget's steps: the peak and the plan in force
@@ -487,23 +490,26 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     reset_peak = probe.reset_peak
     probe.reset_peak = lambda: (resets.append(len(peaks)), reset_peak())
     with pytest.warns(UserWarning) as told:
-        for length in (40, 40, 32, 40, 40, 40, 40, 40):
+        for length in (40, 40, 32, 40, 40, 40, 40, 40, 48, 48):
             x = _batch(length, it)
             it += 1
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     said = [str(w.message) for w in told]
     assert len(said) == 1 and "1.25 times the profiled one's size peaked at" in said[0] \
-        and "over the budget" in said[0], said
+        and "to the power 2.0" in said[0], said
+    assert joint._race.length_exponent == pytest.approx(2, abs=0.01)
     first, lower = plans[0], plans[1]
     assert first["for_ratio"] == lower["for_ratio"] == 1.25
     assert peaks[0] > joint.budget_bytes
-    assert lower["peak_bytes"] <= first["peak_bytes"] - (peaks[0] - joint.budget_bytes)
-    assert all(plan is lower for plan in plans[1:])
+    assert lower["peak_bytes"] <= joint.budget_bytes < peaks[0]
+    assert all(plan is lower for plan in plans[1:8])
+    assert plans[8]["for_ratio"] == 1.5
     assert all(peak <= joint.budget_bytes for peak in peaks[1:]), peaks
-    # Reset as the steps of 40 that were checked began: the first plan's
-    # one, then the lower plan's four (not the step of 32's, counted at its
-    # end); none after.
-    assert sorted(set(resets)) == [0, 1, 2, 3, 4, 5], resets
+    # Reset as the checked steps began: the first plan's step of 40, then
+    # the lower plan's, the step of 32 among them (its length is read after
+    # the reset, and it is not counted): 40's four checks end at step 5.
+    # Then 48's two.
+    assert sorted(set(resets)) == [0, 1, 2, 3, 4, 5, 8, 9], resets
 
 
 class _HoldsOnlyOne(_ScalesWithLength):
