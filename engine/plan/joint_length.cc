@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace offload {
 namespace {
@@ -132,9 +131,8 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
 }
 
 StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
-    JointRace& race, double ratio, const std::vector<UnitChoice>& choice,
-    int64_t predicted_peak_bytes, int64_t needs_budget,
-    int64_t measured_peak_bytes) {
+    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    int64_t needs_budget, int64_t measured_peak_bytes) {
   if (!std::isfinite(ratio) || ratio <= 1) {
     return InvalidArgumentError("checked plan for a longer batch: ratio " +
                                 std::to_string(ratio) + " is not above 1");
@@ -155,14 +153,6 @@ StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
   }
   OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out,
                            PlanWithin(race, ratio, race.units_budget()));
-  if (out.plan.choice == choice || out.plan.peak_bytes >= grown) {
-    return ResourceExhaustedError(
-        "plan for a batch " + std::to_string(ratio) +
-        " times the profiled one's size, its bytes grown as the ratio to the "
-        "power " + std::to_string(race.length_exponent()) +
-        ": none is predicted below " + std::to_string(grown) +
-        " bytes in the units, what the checked one measured (the smallest)");
-  }
   return std::optional<LengthPlan>(std::move(out));
 }
 

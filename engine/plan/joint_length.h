@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
@@ -65,8 +64,8 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
 StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
                                         int64_t failed_peak_bytes);
 
-// After the warm-up, a step of the plan PlanForLength made for `ratio`, of
-// `choice`, predicted to peak at `predicted_peak_bytes` in its units (its
+// After the warm-up, a step of the plan PlanForLength made for `ratio`,
+// predicted to peak at `predicted_peak_bytes` in its units (its
 // plan.peak_bytes; `needs_budget` its needs_budget), measured
 // `measured_peak_bytes` above the forward's start on a batch of that length
 // (the step's peak as the user reads it). Where that is within the budget
@@ -75,12 +74,11 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
 // the race's length_exponent() is raised to what the step measured (the
 // plan's units at the profiled size, grown to the measured peak less the
 // bytes beside them), and the plan for that length made with it is
-// returned (needs_budget set where none fits the budget at that growth).
-// Errors: kInvalidArgument where ratio <= 1 or not finite;
-//   kResourceExhausted where no plan for that length of other choices is
-//   predicted below the checked one at the measured growth (it was the
-//   smallest; the exponent stays raised: later plans for longer batches
-//   are made with it).
+// returned, with needs_budget where none fits the budget at that growth.
+// Where the checked plan was the smallest, that is its own choice again,
+// needing more than it was said to.
+// Errors: kInvalidArgument where ratio <= 1 or not finite; those of
+//   PlanForLength.
 // REQUIRES: race.Start() succeeded.
 // Why: on an H200 (GPU runs 134, 135) the plan for batches 1.25 times the
 // profiled one's size was predicted at 448 MB with the bytes beside the
@@ -89,9 +87,8 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
 // eager attention's bytes grow faster than the tokens, and a layer's
 // re-run, not an offset, held it.
 StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
-    JointRace& race, double ratio, const std::vector<UnitChoice>& choice,
-    int64_t predicted_peak_bytes, int64_t needs_budget,
-    int64_t measured_peak_bytes);
+    JointRace& race, double ratio, int64_t predicted_peak_bytes,
+    int64_t needs_budget, int64_t measured_peak_bytes);
 
 }  // namespace offload
 

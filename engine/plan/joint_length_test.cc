@@ -174,14 +174,12 @@ TEST(JointLengthTest, APlanForALongerBatchMeasuredWithinTheBudgetHolds) {
   ASSERT_EQ(longer.plan.peak_bytes, 1440);
   const int64_t units_budget = race.units_budget();
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> none,
-                       PlanForLengthMeasured(race, 1.2, longer.plan.choice,
-                                             longer.plan.peak_bytes, 0, 1800));
+                       PlanForLengthMeasured(race, 1.2, longer.plan.peak_bytes, 0, 1800));
   EXPECT_FALSE(none.has_value());
   EXPECT_EQ(race.units_budget(), units_budget);
   EXPECT_EQ(race.length_exponent(), 1.0);
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
-                       PlanForLengthMeasured(race, 1.2, longer.plan.choice,
-                                             longer.plan.peak_bytes, 0, 1810));
+                       PlanForLengthMeasured(race, 1.2, longer.plan.peak_bytes, 0, 1810));
   ASSERT_TRUE(lower.has_value());
   EXPECT_GT(race.length_exponent(), 1.0);
   EXPECT_LE(lower->plan.peak_bytes, 1440);
@@ -193,16 +191,16 @@ TEST(JointLengthTest, APlanForALongerBatchMeasuredOverTheBudgetFitsHowTheBytesGr
   // 1350 of the units' 1500. A step of it measured 2000: its units held
   // 1550, where the model said `predicted` (their bytes at the profiled
   // size times 1.5). The bytes grow as 1.5 to the power that gives 1550;
-  // the plan for 1.5 made with that growth fits 1350, and so does the
-  // checked one predicted anew. Longer batches grow by that power too.
+  // the plan for 1.5 made with that growth fits 1350, where the checked
+  // one, predicted anew, is what it measured. Longer batches grow by that
+  // power too.
   JointRace race = Started(1800, 300);
   const JointPlan kept = race.plan();
   const int64_t units_budget = race.units_budget();
   ASSERT_OK_AND_ASSIGN(LengthPlan longer, PlanForLength(race, 1.5));
   const int64_t predicted = longer.plan.peak_bytes;
   ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> lower,
-                       PlanForLengthMeasured(race, 1.5, longer.plan.choice,
-                                             predicted, 0, 2000));
+                       PlanForLengthMeasured(race, 1.5, predicted, 0, 2000));
   ASSERT_TRUE(lower.has_value());
   const double grown = 1550.0 / (predicted / 1.5);
   EXPECT_NEAR(race.length_exponent(), std::log(grown) / std::log(1.5), 1e-9);
@@ -229,27 +227,27 @@ TEST(JointLengthTest, APlanForALongerBatchMeasuredOverTheBudgetFitsHowTheBytesGr
   EXPECT_EQ(race.units_budget(), units_budget);
 }
 
-TEST(JointLengthTest, TheSmallestPlanForALongerBatchMeasuredOverHasNoneBelowIt) {
+TEST(JointLengthTest, TheSmallestPlanForALongerBatchMeasuredOverComesBackNeedingMore) {
   // At 4.0 no plan fits: the one made is the smallest, and it holds up to
-  // the budget it needs. Measured over that, nothing is predicted below it.
+  // the budget it needs. Measured 1000 over that, it is the plan for 4.0
+  // again, its needs_budget grown to what it measured.
   JointRace race = Started(1500, 100);
   ASSERT_OK_AND_ASSIGN(LengthPlan smallest, PlanForLength(race, 4.0));
   ASSERT_GT(smallest.needs_budget, 1500);
-  const int64_t units_budget = race.units_budget();
   ASSERT_OK_AND_ASSIGN(
       std::optional<LengthPlan> none,
-      PlanForLengthMeasured(race, 4.0, smallest.plan.choice, smallest.plan.peak_bytes,
-                            smallest.needs_budget, smallest.needs_budget));
+      PlanForLengthMeasured(race, 4.0, smallest.plan.peak_bytes, smallest.needs_budget,
+                            smallest.needs_budget));
   EXPECT_FALSE(none.has_value());
-  EXPECT_EQ(PlanForLengthMeasured(race, 4.0, smallest.plan.choice, smallest.plan.peak_bytes,
-                                  smallest.needs_budget, smallest.needs_budget + 1000)
-                .status()
-                .code(),
-            StatusCode::kResourceExhausted);
-  EXPECT_EQ(race.units_budget(), units_budget);
-  EXPECT_EQ(PlanForLengthMeasured(race, 1.0, smallest.plan.choice, 1000, 0, 1600)
-                .status()
-                .code(),
+  const int64_t measured = smallest.needs_budget + 1000;
+  ASSERT_OK_AND_ASSIGN(
+      std::optional<LengthPlan> again,
+      PlanForLengthMeasured(race, 4.0, smallest.plan.peak_bytes, smallest.needs_budget,
+                            measured));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->plan.choice, smallest.plan.choice);
+  EXPECT_NEAR(again->needs_budget, measured, 4);
+  EXPECT_EQ(PlanForLengthMeasured(race, 1.0, 1000, 0, 1600).status().code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -293,8 +293,10 @@ class LongerBatches:
         model took them to (eager attention's scores grow as the square of
         the tokens): the engine fits that growth (PlanForLengthMeasured,
         JointRace::length_exponent) and the plan it makes for that length
-        with it serves from then on, warned about, checked in turn; where
-        none is below the checked one, a warning says so and it runs on."""
+        with it serves from then on, warned about, checked in turn. Where
+        that is the same choice (none holds less), its figures change, a
+        warning names the least budget it holds at that growth, and the
+        checks end."""
         checking, self._checking = self._checking, None
         if checking is None or checking[0] is not plan or self._check is None \
                 or self._check[0] is not plan:
@@ -306,29 +308,33 @@ class LongerBatches:
         race = budget._race
         peak = budget.probe.peak() - checking[1]
         try:
-            lower = race.for_length_measured(ratio, list(plan["choice"]), plan["peak_bytes"],
-                                             plan["needs_budget"], peak)
-            error = None
-        except (RuntimeError, ValueError) as e:  # the engine's Status
-            lower, error = None, e
-        if lower is None and error is None:  # it holds
+            lower = race.for_length_measured(ratio, plan["peak_bytes"], plan["needs_budget"],
+                                             peak)
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            self._check = None
+            warnings.warn(f"actoffload: no plan for batches {ratio:.2f} times the profiled "
+                          f"one's size after a step of theirs peaked at {peak} bytes ({error}); "
+                          "the plan in force runs on", stacklevel=2)
+            return
+        if lower is None:  # it holds
             self._check[1] -= 1
             if self._check[1] == 0:
                 self._check = None
             return
+        lower["for_ratio"] = ratio
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
                 f"one's size peaked at {peak} bytes above the forward's start, over the "
                 f"budget of {max(budget.budget_bytes, plan['needs_budget'])} (its units were "
                 f"predicted at {plan['peak_bytes']} bytes): their bytes grow as the batch's "
                 f"size to the power {race.length_exponent:.2f}")
-        if error is not None:
+        needs = (f"; no plan holds the budget at that growth, and the least budget that "
+                 f"does is {lower['needs_budget']} bytes" if lower["needs_budget"] else "")
+        if lower["choice"] == plan["choice"]:
             self._check = None
-            warnings.warn(f"{said}, and no plan for them is predicted to hold less ({error}); "
+            warnings.warn(f"{said}, and no plan for them is predicted to hold less{needs}; "
                           "it runs on", stacklevel=2)
+            budget._apply(lower)  # its figures
             return
-        lower["for_ratio"] = ratio
-        needs = (f"; no plan holds the budget at that growth: it is the plan for the least "
-                 f"that does, {lower['needs_budget']} bytes" if lower["needs_budget"] else "")
         warnings.warn(f"{said}; they run a plan made for that, predicted at "
                       f"{lower['peak_bytes']} bytes{needs}", stacklevel=2)
         budget._apply(lower)

@@ -512,6 +512,37 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     assert sorted(set(resets)) == [0, 1, 2, 3, 4, 5, 8, 9], resets
 
 
+def test_after_the_warm_up_the_smallest_plan_for_longer_batches_measured_over_names_the_budget_it_needs():
+    # Batches of 160 tokens need more than the budget: their plan is the
+    # smallest, warned about with the least budget. On a device where bytes
+    # grow as the square of the length, its first step measures over even
+    # that: a warning names the least budget at the growth measured, once;
+    # the plan runs on (none is smaller), within that, and its checks end.
+    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    it = 0
+    while ctx.joint_budget.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    probe.__class__ = _Quadratic
+    resets = []
+    reset_peak = probe.reset_peak
+    probe.reset_peak = lambda: (resets.append(it), reset_peak())
+    with pytest.warns(UserWarning) as told:
+        for _ in range(4):
+            x = _batch(160, it)
+            it += 1
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    said = [str(w.message) for w in told]
+    assert len(said) == 2 and "needs a budget of at least" in said[0], said
+    assert "no plan for them is predicted to hold less; no plan holds the budget at that " \
+        "growth, and the least budget that does is" in said[1], said
+    named = int(said[0].split("at least ")[1].split()[0])
+    least = int(said[1].split("the least budget that does is ")[1].split()[0])
+    assert named < least and probe.peak() <= least * 1.02, (named, least, probe.peak())
+    assert len(resets) == 1  # its first step alone was checked
+
+
 class _HoldsOnlyOne(_ScalesWithLength):
     """A scripted device on which every plan but `only` (choices) peaks
     `extra` bytes above what the model predicts (the model's error at a

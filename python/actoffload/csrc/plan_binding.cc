@@ -247,27 +247,23 @@ void BindJointRace(py::module& m) {
            "budget lowered to it)",
            py::arg("ratio"), py::arg("failed_peak_bytes"))
       .def("for_length_measured",
-           [](offload::JointRace& r, double ratio,
-              const std::vector<std::string>& choice, int64_t predicted_peak_bytes,
+           [](offload::JointRace& r, double ratio, int64_t predicted_peak_bytes,
               int64_t needs_budget, int64_t measured_peak_bytes) -> py::object {
-             std::vector<offload::UnitChoice> choices;
-             for (const std::string& c : choice) choices.push_back(ChoiceOf(c));
              std::optional<offload::LengthPlan> length =
                  ValueOrThrow(offload::PlanForLengthMeasured(
-                     r, ratio, choices, predicted_peak_bytes, needs_budget,
-                     measured_peak_bytes));
+                     r, ratio, predicted_peak_bytes, needs_budget, measured_peak_bytes));
              if (!length.has_value()) return py::none();
              py::dict out = PlanDict(length->plan, length->problem);
              out["needs_budget"] = length->needs_budget;
              return out;
            },
            "PlanForLengthMeasured (engine/plan/joint_length.h): a step of the "
-           "plan for `ratio` (its choice, predicted peak and needs_budget) "
-           "measured `measured_peak_bytes` on a batch of that length: None "
-           "where it holds, else the plan for that length made with the "
-           "bytes' growth it measured (the race's length_exponent raised)",
-           py::arg("ratio"), py::arg("choice"), py::arg("predicted_peak_bytes"),
-           py::arg("needs_budget"), py::arg("measured_peak_bytes"))
+           "plan for `ratio` (its predicted peak and needs_budget) measured "
+           "`measured_peak_bytes` on a batch of that length: None where it "
+           "holds, else the plan for that length made with the bytes' growth "
+           "it measured (the race's length_exponent raised)",
+           py::arg("ratio"), py::arg("predicted_peak_bytes"), py::arg("needs_budget"),
+           py::arg("measured_peak_bytes"))
       .def_property_readonly("length_exponent", &offload::JointRace::length_exponent)
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
