@@ -73,7 +73,7 @@ import torch
 
 from . import (_common, budget_edge, budget_lengths, budget_profile, budget_record,
                budget_report, budget_windows, recompute)
-from .budget_units import OFFLOADED, find_units, schedule_for  # noqa: F401
+from .budget_units import OFFLOADED, find_units, plan_key, schedule_for  # noqa: F401
 from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
 # The race's options (engine/plan/joint_race.h: JointRaceOptions), passed to it.
@@ -455,10 +455,15 @@ class JointBudget:
         else:
             self._apply(plan)
 
+    def same_plan(self, a, b):
+        """Whether plans `a` and `b` run alike: their choices and schedule
+        (budget_units.plan_key), whatever their figures."""
+        return plan_key(a, self._index) == plan_key(b, self._index)
+
     def _apply(self, plan):
         self._interim.end()  # (a forward of a plan for one batch may be in flight)
-        if self.plan is not None and plan["choice"] == self.plan["choice"]:
-            self.plan = plan
+        if self.plan is not None and self.same_plan(plan, self.plan):
+            self.plan = plan  # its figures
             return
         self.plan = plan
         # The loop in force retires; retired loops whose graphs are all gone

@@ -143,8 +143,8 @@ def steady_out_of_memory(budget, failed):
     the lowered budget is kept, or the race measures plans made for it.
     From now on, a budget nothing measured keeps is a warning, not a
     refusal: the caller's loop goes on. (Where a plan with other choices
-    came since, it has not run: nothing changes.)"""
-    if budget.plan is None or budget.plan["choice"] != failed["choice"]:
+    or another schedule came since, it has not run: nothing changes.)"""
+    if budget.plan is None or not budget.same_plan(budget.plan, failed):
         return
     budget.gave_way = True
     if failed.get("for_ratio") is not None:

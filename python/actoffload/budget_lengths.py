@@ -40,7 +40,7 @@ import warnings
 import torch
 
 from . import _common, recompute
-from .budget_units import schedule_for
+from .budget_units import plan_key, schedule_for
 
 
 class LongerBatches:
@@ -62,7 +62,7 @@ class LongerBatches:
         # grow with the batch (it is not hooked again).
         self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
-        self._failed = set()    # (ratio, choice): plans for longer batches that ran out of memory
+        self._failed = set()    # (ratio, plan_key): plans for longer batches that ran out of memory
         self._check = None      # [plan, steps left]: a plan for longer batches whose peak is read
         self._checking = None   # this forward's: [plan, allocated at its start, its batch's ratio]
 
@@ -171,9 +171,9 @@ class LongerBatches:
         if plan is None:
             return False
         self._arm(plan)
-        if plan["choice"] == self.budget.plan["choice"]:
+        if self.budget.same_plan(plan, self.budget.plan):
             self._pending = None
-            self.budget._apply(plan)  # the same choices: only its figures change
+            self.budget._apply(plan)  # the same choices and schedule: only its figures change
             return False
         self._pending, self._for_one = plan, False
         return True
@@ -228,8 +228,11 @@ class LongerBatches:
         (before it, the device held more: GPU run 136); else `failed` runs
         on. Each is warned about."""
         ratio = failed["for_ratio"]
-        first = not any(r == ratio for r, _ in self._failed)
-        self._failed.add((ratio, tuple(failed["choice"])))
+
+        def key(plan):  # a plan at this length, as it runs
+            return (ratio,) + plan_key(plan, self.budget._index)
+        first = not any(r == ratio for r, *_ in self._failed)
+        self._failed.add(key(failed))
         if first:
             watch.held = None  # a step that ran before it ran on more memory
         held = watch.held
@@ -240,7 +243,7 @@ class LongerBatches:
             plan, error = None, e
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the "
                 "profiled one's size ran out of device memory after the warm-up")
-        if plan is not None and (ratio, tuple(plan["choice"])) not in self._failed:
+        if plan is not None and key(plan) not in self._failed:
             plan["for_ratio"] = ratio
             warnings.warn(
                 f"{said}: the device cannot hold that plan; they run one predicted to "
@@ -252,7 +255,7 @@ class LongerBatches:
         why = (f"no plan for them is predicted to hold less ({error})" if error is not None
                else "the plan predicted to hold less ran out of memory before")
         if (held is not None and held.get("for_ratio") == ratio
-                and held["choice"] != failed["choice"]):
+                and not self.budget.same_plan(held, failed)):
             warnings.warn(f"{said}, and {why}; the last plan a whole step of theirs ran "
                           "with runs again", stacklevel=5)
             self.budget._apply(held)
@@ -329,7 +332,7 @@ class LongerBatches:
                 f"size to the power {race.length_exponent:.2f}")
         needs = (f"; no plan holds the budget at that growth, and the least budget that "
                  f"does is {lower['needs_budget']} bytes" if lower["needs_budget"] else "")
-        if lower["choice"] == plan["choice"]:
+        if budget.same_plan(lower, plan):
             self._check = None
             warnings.warn(f"{said}, and no plan for them is predicted to hold less{needs}; "
                           "it runs on", stacklevel=2)

@@ -62,3 +62,12 @@ def schedule_for(plan, index):
         beside = next((u for u in reversed(range(n)) if index[u] <= during), 0)
         table[unit] = (True, min(release, n), False, max(n - beside, 1))
     return table
+
+
+def plan_key(plan, index):
+    """What makes two plans run alike: their choices and their engine
+    schedule. The planner may give the same choices for a lower budget on
+    another schedule (an offloaded unit released earlier or reloaded
+    later: a lower peak for the same units), and that one runs a loop of
+    its own."""
+    return tuple(plan["choice"]), tuple(sorted(schedule_for(plan, index).items()))

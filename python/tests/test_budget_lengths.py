@@ -13,6 +13,7 @@ import torch.nn.modules.module as module_hooks
 
 import actoffload
 from actoffload import _common
+from actoffload.budget_units import schedule_for
 from budget_testing import (UNIT, Decoder, ScriptedProbe, compile_layers, compile_module, make,
                             seeded_step, skipping)
 from models import assert_identical, train_step
@@ -305,6 +306,44 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # One unit more offloaded than at 32 tokens; the engine's loop made anew.
     assert planned["choice"].count("offload") > joint._race.plan["choice"].count("offload")
     assert ctx.offloader is not loop
+
+
+def test_a_plan_of_the_same_choices_on_another_schedule_runs_a_loop_of_its_own():
+    # The planner may give a longer batch (or a plan giving way) the same
+    # choices on another schedule: an offloaded unit reloaded later, for a
+    # lower peak. Put in force, it runs an engine loop of its own, made
+    # with that schedule (before, the plan's figures changed and the loop
+    # in force kept its schedule: GPU run 140); a plan of the same choices
+    # and schedule keeps the loop. Steps bit-identical.
+    model, ctx, probe = _scripted(0.75)
+    joint = ctx.joint_budget
+    _peaks_as_planned(probe, joint)
+    it = 0
+    while joint.measuring:
+        x = _batch(32, it)
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        it += 1
+    plan = joint.plan
+    made = []  # the schedules of the loops made from here
+    make_loop = joint.make_loop
+    joint.make_loop = lambda schedule: (made.append(schedule), make_loop(schedule))[1]
+    offloaded = [p for p, c in enumerate(plan["choice"]) if c == "offload"]
+    assert offloaded, plan["choice"]
+    loop = ctx.offloader
+    joint._apply(dict(plan, step_ns=plan["step_ns"] + 1))  # its figures
+    assert ctx.offloader is loop
+    # The first offloaded unit reloaded beside another unit's backward.
+    unit = offloaded[0]
+    again = next(other for other in (
+        dict(plan, reloaded_during=[during if p != unit else beside
+                                    for p, during in enumerate(plan["reloaded_during"])])
+        for beside in range(len(plan["choice"])))
+        if schedule_for(other, joint._index) != schedule_for(plan, joint._index))
+    joint._apply(again)
+    assert ctx.offloader is not loop and joint.plan is again
+    assert made == [schedule_for(again, joint._index)] != [schedule_for(plan, joint._index)]
+    x = _batch(32, it)
+    assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
 
 
 def test_another_threads_module_call_is_not_taken_for_the_batch():
