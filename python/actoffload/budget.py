@@ -71,8 +71,8 @@ import warnings
 
 import torch
 
-from . import (_common, budget_edge, budget_lengths, budget_profile, budget_record,
-               budget_report, budget_windows, recompute)
+from . import (_common, budget_edge, budget_lengths, budget_profile, budget_race,
+               budget_record, budget_report, budget_windows, recompute)
 from .budget_units import OFFLOADED, find_units, plan_key, schedule_for  # noqa: F401
 from .probe import MemoryProbe, copy_bandwidths, default_probe  # noqa: F401
 
@@ -123,7 +123,7 @@ SHAPE_PATIENCE = 8
 LEAN = True
 
 
-class JointBudget:
+class JointBudget(budget_race.RaceView):
     """The profile, plan and calibration of OffloadActivations' budget mode.
     `owner` is the OffloadActivations: its `offloader` (the engine's
     TrainingLoop) is replaced when a plan is applied."""
@@ -161,68 +161,6 @@ class JointBudget:
         self._other_shapes = 0  # iterations not measured: other input sizes (SHAPE_PATIENCE)
         self.lengths = budget_lengths.LongerBatches(self)  # batches longer than profiled
         self._interim = budget_lengths.Interim(self)  # a longer batch's plan in the race
-
-    # --- the race's state (engine/plan/joint_race.h) --------------------------------
-    @property
-    def budget_bytes(self):
-        """The step's budget: the user's (or, with budget_fraction, set at
-        the profile); the smallest that fits after a refusal."""
-        return self._budget_bytes if self._race is None else self._race.budget
-
-    @property
-    def bandwidths(self):
-        """The copy bandwidths (GB/s to host, back): measured, then fitted
-        to the first plan that offloads."""
-        return self._bandwidths if self._race is None else self._race.bandwidths
-
-    @property
-    def model_units(self):
-        """The plan's units (profile["units"]) with the bytes the race
-        measured re-run units to hold beyond them (JointRace::FitExcess)."""
-        return self.profile["units"] if self._race is None else self._race.units
-
-    @property
-    def excess(self):
-        """(bytes, bytes): what each unit recomputed in full and each
-        selective one measured above the profile, as the race fitted them."""
-        return (0, 0) if self._race is None else self._race.excess
-
-    @property
-    def _units_budget(self):
-        return None if self._race is None else self._race.units_budget
-
-    @property
-    def candidates(self):
-        """Plans still to run in warm-up."""
-        return [] if self._race is None else self._race.candidates
-
-    @property
-    def trials(self):
-        """(measured step ns, peak, plan) of the candidates run."""
-        return [] if self._race is None else self._race.trials
-
-    @property
-    def _all_trials(self):
-        """Every trial since the profile."""
-        return [] if self._race is None else self._race.all_trials
-
-    @property
-    def _settled(self):
-        return self._race is not None and self._race.settled
-
-    @property
-    def _calibrated(self):
-        return self._race is not None and self._race.calibrated
-
-    @_calibrated.setter
-    def _calibrated(self, value):
-        self._race.calibrated = value
-
-    def _calibrate(self, step_ns, plan):
-        """Fits the copy bandwidths to a measured step of `plan` (the race's
-        Calibrate); where they are lowered, the joint plan made with them
-        is raced first."""
-        self._race.calibrate(step_ns, plan["choice"])
 
     # --- the iteration's measurements ----------------------------------------
     @property
