@@ -192,7 +192,7 @@ class LongerBatches:
             self._race_plan = (longest, self._for_length(
                 longest, "batches longer than the profiled one run"))
         plan = self._race_plan[1]
-        if plan is None or plan["choice"] == self.budget.plan["choice"]:
+        if plan is None or self.budget.same_plan(plan, self.budget.plan):
             return False
         self._pending, self._for_one = plan, True
         return True
@@ -349,13 +349,13 @@ class Interim:
     that forward alone, not measured. The race's plan and its engine loop
     come back at the next forward: the same loop, whose host buffers are
     made, so the race's timings of it are not disturbed. The loop made for
-    such a batch serves the next like it, and the plan with its choices
-    when that one is put in force (take_loop)."""
+    such a batch serves the next like it, and the plan with its choices and
+    schedule when that one is put in force (take_loop)."""
 
     def __init__(self, budget):
         self.budget = budget
         self._saved = None  # the race's (plan, loop), while a longer batch runs its own
-        self._loop = None   # (choice, loop): the engine's loop for those batches
+        self._loop = None   # (plan_key, loop): the engine's loop for those batches
 
     def begin(self, plan):
         """Before the forward's first unit: `plan` runs this forward."""
@@ -363,10 +363,10 @@ class Interim:
         self._saved = (b.plan, b.owner.offloader)
         b._record["for_one"] = True
         b.plan = plan
-        choice = tuple(plan["choice"])
-        if self._loop is None or self._loop[0] != choice:
+        key = plan_key(plan, b._index)
+        if self._loop is None or self._loop[0] != key:
             self.retire()
-            self._loop = (choice, b.make_loop(schedule_for(plan, b._index)))
+            self._loop = (key, b.make_loop(schedule_for(plan, b._index)))
         b.owner.offloader = self._loop[1]
 
     def end(self):
@@ -379,14 +379,14 @@ class Interim:
     def take_loop(self, plan):
         """The loop a longer batch ran `plan` with (its host buffers are
         made), handed over once; else None."""
-        if self._loop is not None and self._loop[0] == tuple(plan["choice"]):
+        if self._loop is not None and self._loop[0] == plan_key(plan, self.budget._index):
             loop, self._loop = self._loop[1], None
             return loop
         return None
 
     def retire(self):
         """The loop made for longer batches retires (the warm-up is over,
-        or a batch needs a plan with other choices)."""
+        or a batch needs a plan with other choices or schedule)."""
         if self._loop is not None:
             self.budget._retired.append(self._loop[1])
             self._loop = None
