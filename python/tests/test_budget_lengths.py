@@ -195,6 +195,19 @@ def _batch(length, seed):
     return torch.randn(2, length, 64, generator=torch.Generator().manual_seed(seed))
 
 
+def _warmed_up(model, ctx, run=None):
+    """The budget's profile and race on batches of 32 tokens, each step
+    bit-identical to the same step without it (`run`: seeded_step unless
+    given); returns how many ran (the next batch's seed)."""
+    run = seeded_step if run is None else run
+    it = 0
+    while ctx.joint_budget.measuring:
+        x = _batch(32, it)
+        assert_identical(run(model, x), run(model, x, ctx))
+        it += 1
+    return it
+
+
 def _by_keyword(model, x, ctx=None):
     torch.manual_seed(7)
 
@@ -318,11 +331,7 @@ def test_a_plan_of_the_same_choices_on_another_schedule_runs_a_loop_of_its_own()
     model, ctx, probe = _scripted(0.75)
     joint = ctx.joint_budget
     _peaks_as_planned(probe, joint)
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx)
     plan = joint.plan
     made = []  # the schedules of the loops made from here
     make_loop = joint.make_loop
@@ -389,11 +398,7 @@ def test_a_longer_batch_under_the_callers_own_saved_tensor_hooks_leaves_them_in_
     model, ctx, probe = _scripted(0.75)
     joint = ctx.joint_budget
     _peaks_as_planned(probe, joint)
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx)
     x = _batch(32, it)  # the reference for the first call
     assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
     assert "offload" in joint.plan["choice"]
@@ -443,11 +448,7 @@ def _settled_then_longer(length, **kwargs):
     `length`, which a plan made for it runs from the second: (model, ctx,
     probe, x, its step without the budget)."""
     model, ctx, probe = _scripted(0.8, allow_offload=False, **kwargs)
-    it = 0
-    while ctx.joint_budget.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx)
     x = _batch(length, it)
     reference = seeded_step(model, x)
     for _ in range(2):
@@ -513,11 +514,7 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     # within the budget from their first step. Every step bit-identical.
     model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
     joint = ctx.joint_budget
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx)
     probe.__class__ = _Quadratic
     peaks, plans, resets = [], [], []
 
@@ -558,11 +555,7 @@ def test_after_the_warm_up_the_smallest_plan_for_longer_batches_measured_over_na
     # that: a warning names the least budget at the growth measured, once;
     # the plan runs on (none is smaller), within that, and its checks end.
     model, ctx, probe = _scripted(0.8, allow_offload=False)
-    it = 0
-    while ctx.joint_budget.measuring:
-        x = _batch(32, it)
-        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx)
     probe.__class__ = _Quadratic
     resets = []
     reset_peak = probe.reset_peak
@@ -679,11 +672,7 @@ def test_after_the_warm_up_a_step_that_failed_before_its_batchs_plan_came_blames
     # not run yet: it stays (SteadyWatch says which plan a failed step ran).
     model, ctx, probe = _scripted(0.8, _LayersFirst(), allow_offload=False)
     joint = ctx.joint_budget
-    it = 0
-    while joint.measuring:
-        x = _batch(32, it)
-        assert_identical(_by_keyword(model, x), _by_keyword(model, x, ctx))
-        it += 1
+    it = _warmed_up(model, ctx, _by_keyword)
     x = _batch(48, it)
     reference = _by_keyword(model, x)
     planned = joint._race.for_length(1.5)["choice"]
