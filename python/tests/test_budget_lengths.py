@@ -766,6 +766,42 @@ def _accumulated(model, batches, ctx=None):
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
+def test_after_the_warm_up_a_checked_plan_in_gradient_accumulation_or_raising_loses_nothing():
+    # After the warm-up on 32 tokens, on a device where bytes grow as the
+    # square of the length: the first batches of 40 come as two forwards
+    # before one backward, then as a forward that raises midway (caught by
+    # the loop), then as plain steps. Every step is bit-identical to the
+    # same step without the budget; the check of the plan for 40 goes on
+    # through them, and the plain steps end within the budget, warned once.
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    joint = ctx.joint_budget
+    it = _warmed_up(model, ctx)
+    probe.__class__ = _Quadratic
+    fail = []
+
+    def raise_once(module, args):
+        if fail:
+            fail.pop()
+            raise RuntimeError("a bad batch")
+    model.layers[1].register_forward_pre_hook(raise_once)
+    with pytest.warns(UserWarning) as told:
+        batches = [_batch(40, it), _batch(40, it + 1)]
+        assert_identical(_accumulated(model, batches), _accumulated(model, batches, ctx))
+        fail.append(1)
+        with pytest.raises(RuntimeError, match="a bad batch"):
+            with ctx:
+                model(_batch(40, it + 2))
+        peaks = []
+        for seed in range(it + 3, it + 9):
+            x = _batch(40, seed)
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+            peaks.append(probe.peak())
+    said = [str(w.message) for w in told]
+    assert len(said) == 1 and "peaked at" in said[0], said
+    assert joint.plan["for_ratio"] == 1.25
+    assert all(peak <= joint.budget_bytes for peak in peaks), (peaks, joint.budget_bytes)
+
+
 def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_nothing():
     # In the race, under a plan that offloads: a batch of 48 between two
     # of 32 before one backward (its plan alone, torch ≥ 2.8, while theirs
