@@ -61,9 +61,9 @@ before the forward. Its life:
      it says.
   5. Steady state: a plan that offloads nothing runs without the engine
      (LEAN). A batch longer than any before it gets a plan made for its
-     length (budget_lengths.py). A step that ran out of device memory, in
-     a loop that caught it, gives way to a plan predicted lower
-     (budget_edge.py, SPEC §7.9).
+     length, whose first steps at that length are checked (budget_lengths.py).
+     A step that ran out of device memory, in a loop that caught it, gives
+     way to a plan predicted lower (budget_edge.py, SPEC §7.9).
 This module is glue: it measures (budget_record.py) and applies; the engine plans.
 """
 

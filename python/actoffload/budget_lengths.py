@@ -10,7 +10,11 @@ grown by the ratio, within the same budget).
     and the batch is not one of the race's measurements. The warm-up's
     end plans for the longest batch it saw.
   - After the warm-up, for a batch longer than every earlier one: the
-    plan serves every batch from then on.
+    plan serves every batch from then on. Its first CHECKED_ITERATIONS
+    steps at its length read their peak (check_begins, pass_ended); over
+    the budget, the engine fits how the bytes grow with the length
+    (PlanForLengthMeasured) and the plan made with that growth serves.
+    A step of it out of device memory gives way (out_of_memory).
 
 Where the batch is seen (from the race's start):
   - at the forward's first module call that takes a tensor positionally
