@@ -11,7 +11,8 @@ grown by the ratio, within the same budget).
     end plans for the longest batch it saw.
   - After the warm-up, for a batch longer than every earlier one: the
     plan serves every batch from then on. Its first CHECKED_ITERATIONS
-    steps at its length read their peak (check_begins, pass_ended); over
+    steps at its length read their peak (check_begins, _check_length,
+    pass_ended); over
     the budget, the engine fits how the bytes grow with the length
     (PlanForLengthMeasured) and the plan made with that growth serves.
     A step of it out of device memory gives way (out_of_memory).
@@ -68,7 +69,7 @@ class LongerBatches:
         self._compiled = None   # whether a unit or a module of the model is compiled
         self._failed = set()    # (ratio, plan_key): plans for longer batches that ran out of memory
         self._check = None      # [plan, steps left]: a plan for longer batches whose peak is read
-        self._checking = None   # this forward's: [plan, allocated at its start, its batch's ratio]
+        self._checking = None   # this forward's: [plan, allocated at its start, whether begun]
 
     def pending_is_lean(self):
         """Whether the pending plan runs without the engine (budget.LEAN)."""
@@ -145,7 +146,7 @@ class LongerBatches:
             elif abs(reference - self._reference) > 1e-6 * self._reference:
                 self._reference = False  # the first call does not grow with the batch
         if self._checking is not None:
-            self._checking[2] = ratio
+            self._check_length(ratio)
         if self.budget.measuring:
             self.seen = max(self.seen, ratio)
         else:
@@ -280,17 +281,29 @@ class LongerBatches:
     def check_begins(self):
         """At a forward after the warm-up (or where a plan for a longer
         batch is put in force before its first unit): where the plan in
-        force is being checked, the step's peak is read from here, the
-        allocator's peak counter reset (as in the race's measured steps)."""
+        force is being checked, what is allocated now is the step's base;
+        its peak is read from the first unit on, where the batch is the
+        plan's length (_check_length)."""
         self._checking = None
         if self._check is None:
             return
         if self._check[0] is not self.budget.plan:
             self._check = None  # another plan came: that one is not checked
             return
-        probe = self.budget.probe
-        probe.reset_peak()
-        self._checking = [self._check[0], probe.allocated(), None]
+        self._checking = [self._check[0], self.budget.probe.allocated(), False]
+
+    def _check_length(self, ratio):
+        """The first unit of a checked forward begins on a batch `ratio`
+        times the profiled one's size: where that is its plan's length, the
+        allocator's peak counter is reset (as in the race's measured steps)
+        and the step counts; else it is not checked. (Steps of other lengths
+        leave the counter the caller may read alone.)"""
+        plan = self._checking[0]
+        if abs(ratio - plan["for_ratio"]) > 1e-6 * plan["for_ratio"]:
+            self._checking = None
+            return
+        self.budget.probe.reset_peak()
+        self._checking[2] = True
 
     def pass_ended(self, plan):
         """The backward of a step of `plan` ended (budget_edge.SteadyWatch):
@@ -305,12 +318,10 @@ class LongerBatches:
         warning names the least budget it holds at that growth, and the
         checks end."""
         checking, self._checking = self._checking, None
-        if checking is None or checking[0] is not plan or self._check is None \
-                or self._check[0] is not plan:
-            return
+        if checking is None or not checking[2] or checking[0] is not plan \
+                or self._check is None or self._check[0] is not plan:
+            return  # not a checked step of this plan on a batch of its length
         ratio = plan["for_ratio"]
-        if checking[2] is None or abs(checking[2] - ratio) > 1e-6 * ratio:
-            return  # a batch of another length: not this plan's peak
         budget = self.budget
         race = budget._race
         peak = budget.probe.peak() - checking[1]
