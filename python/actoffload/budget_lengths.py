@@ -273,8 +273,8 @@ class LongerBatches:
     def _arm(self, plan):
         """After the warm-up: the next budget.CHECKED_ITERATIONS steps of
         `plan` on batches of its length read their peak (check_begins,
-        pass_ended), as the race checks the plan it keeps; nothing else
-        measured it."""
+        _check_length, pass_ended), as the race checks the plan it keeps;
+        nothing else measured it."""
         from .budget import CHECKED_ITERATIONS
         self._check = [plan, CHECKED_ITERATIONS]
 
@@ -314,9 +314,9 @@ class LongerBatches:
         the tokens): the engine fits that growth (PlanForLengthMeasured,
         JointRace::length_exponent) and the plan it makes for that length
         with it serves from then on, warned about, checked in turn. Where
-        that is the same choice (none holds less), its figures change, a
-        warning names the least budget it holds at that growth, and the
-        checks end."""
+        that is the same plan, choices and schedule (none holds less), its
+        figures change, a warning names the least budget it holds at that
+        growth, and the checks end."""
         checking, self._checking = self._checking, None
         if checking is None or not checking[2] or checking[0] is not plan \
                 or self._check is None or self._check[0] is not plan:
