@@ -751,6 +751,19 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         assert step(48) <= joint.budget_bytes
 
 
+def _raising_once(module):
+    """A list: where one is appended to it, `module`'s next forward raises
+    RuntimeError("a bad batch") before it runs."""
+    fail = []
+
+    def raise_once(module, args):
+        if fail:
+            fail.pop()
+            raise RuntimeError("a bad batch")
+    module.register_forward_pre_hook(raise_once)
+    return fail
+
+
 def _accumulated(model, batches, ctx=None):
     """One step of gradient accumulation: every batch's forward (inside
     `ctx` where given), then one backward of their summed losses."""
@@ -777,13 +790,7 @@ def test_after_the_warm_up_a_checked_plan_in_gradient_accumulation_or_raising_lo
     joint = ctx.joint_budget
     it = _warmed_up(model, ctx)
     probe.__class__ = _Quadratic
-    fail = []
-
-    def raise_once(module, args):
-        if fail:
-            fail.pop()
-            raise RuntimeError("a bad batch")
-    model.layers[1].register_forward_pre_hook(raise_once)
+    fail = _raising_once(model.layers[1])
     with pytest.warns(UserWarning) as told:
         batches = [_batch(40, it), _batch(40, it + 1)]
         assert_identical(_accumulated(model, batches), _accumulated(model, batches, ctx))
@@ -814,13 +821,7 @@ def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_no
     _peaks_as_planned(probe, joint)
     in_force = []
     model.head.register_forward_pre_hook(lambda module, args: in_force.append(ctx.offloader))
-    fail = []
-
-    def raise_once(module, args):
-        if fail:
-            fail.pop()
-            raise RuntimeError("a bad batch")
-    model.layers[1].register_forward_pre_hook(raise_once)
+    fail = _raising_once(model.layers[1])
     seed = iter(range(10 ** 6))
     race_steps = 0
     while joint._race is None or race_steps < 2:  # the profile, then two of the race's
