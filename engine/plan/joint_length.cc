@@ -91,24 +91,6 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
   return out;
 }
 
-// The plan for `ratio` within the units' budget `lowered` (the race's
-// terms: PlanWithin takes off what the bytes beside the units grow by),
-// where it is predicted below `above_bytes`; the race's units' budget is
-// then lowered to `lowered`.
-StatusOr<LengthPlan> LowerTo(JointRace& race, double ratio, int64_t lowered,
-                             int64_t above_bytes) {
-  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
-  if (out.plan.peak_bytes >= above_bytes) {
-    return ResourceExhaustedError(
-        "plan for a batch " + std::to_string(ratio) +
-        " times the profiled one's size: none is predicted below " +
-        std::to_string(above_bytes) + " bytes, the peak of the one " +
-        "that ran (the smallest)");
-  }
-  race.LowerUnitsBudget(std::min(lowered, race.units_budget() - 1));
-  return out;
-}
-
 }  // namespace
 
 StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
@@ -127,7 +109,16 @@ StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
           std::max<int64_t>(1, static_cast<int64_t>(
                                    failed_peak_bytes * race.options().length_step)) +
           growth);
-  return LowerTo(race, ratio, lowered, failed_peak_bytes);
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan out, PlanWithin(race, ratio, lowered));
+  if (out.plan.peak_bytes >= failed_peak_bytes) {
+    return ResourceExhaustedError(
+        "plan for a batch " + std::to_string(ratio) +
+        " times the profiled one's size: none is predicted below " +
+        std::to_string(failed_peak_bytes) +
+        " bytes, the peak of the one that ran out of memory (the smallest)");
+  }
+  race.LowerUnitsBudget(std::min(lowered, race.units_budget() - 1));
+  return out;
 }
 
 StatusOr<std::optional<LengthPlan>> PlanForLengthMeasured(
