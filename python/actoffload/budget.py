@@ -403,12 +403,13 @@ class JointBudget(budget_race.RaceView):
         if self.plan is not None and self.same_plan(plan, self.plan):
             self.plan = plan  # its figures
             return
+        loop = self._loop_for(plan)  # (made first: where it fails, nothing changed)
         self.plan = plan
         # The loop in force retires; retired loops whose graphs are all gone
         # (every forward's backward done or abandoned) are dropped.
-        self._retired = [loop for loop in self._retired if loop.live_iterations() > 0]
+        self._retired = [old for old in self._retired if old.live_iterations() > 0]
         self._retired.append(self.owner.offloader)
-        self.owner.offloader = self._loop_for(plan)
+        self.owner.offloader = loop
 
     def _loop_for(self, plan):
         """A new engine loop for `plan`: the one a longer batch in the race

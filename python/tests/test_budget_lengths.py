@@ -321,13 +321,23 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     assert ctx.offloader is not loop
 
 
+def _makes_a_loop(make_loop, schedule):
+    """Whether the engine takes `schedule` for a loop."""
+    try:
+        make_loop(schedule)
+    except RuntimeError:  # the engine's Status (OffloadError)
+        return False
+    return True
+
+
 def test_a_plan_of_the_same_choices_on_another_schedule_runs_a_loop_of_its_own():
     # The planner may give a longer batch (or a plan giving way) the same
     # choices on another schedule: an offloaded unit reloaded later, for a
     # lower peak. Put in force, it runs an engine loop of its own, made
     # with that schedule (before, the plan's figures changed and the loop
     # in force kept its schedule: GPU run 140); a plan of the same choices
-    # and schedule keeps the loop. Steps bit-identical.
+    # and schedule keeps the loop; one whose schedule the engine refuses
+    # changes nothing. Steps bit-identical.
     model, ctx, probe = _scripted(0.75)
     joint = ctx.joint_budget
     _peaks_as_planned(probe, joint)
@@ -341,13 +351,28 @@ def test_a_plan_of_the_same_choices_on_another_schedule_runs_a_loop_of_its_own()
     loop = ctx.offloader
     joint._apply(dict(plan, step_ns=plan["step_ns"] + 1))  # its figures
     assert ctx.offloader is loop
-    # The first offloaded unit reloaded beside another unit's backward.
+    # The first offloaded unit released or reloaded beside another unit
+    # (where the engine's loop takes that schedule: a reload not after its
+    # own backward began).
     unit = offloaded[0]
+
+    def moved(key, beside):
+        return dict(plan, **{key: [during if p != unit else beside
+                                   for p, during in enumerate(plan[key])]})
     again = next(other for other in (
-        dict(plan, reloaded_during=[during if p != unit else beside
-                                    for p, during in enumerate(plan["reloaded_during"])])
+        moved(key, beside) for key in ("reloaded_during", "released_during")
         for beside in range(len(plan["choice"])))
-        if schedule_for(other, joint._index) != schedule_for(plan, joint._index))
+        if schedule_for(other, joint._index) != schedule_for(plan, joint._index)
+        and _makes_a_loop(make_loop, schedule_for(other, joint._index)))
+    # One the engine refuses changes nothing.
+    bad = next(other for other in (
+        moved(key, beside) for key in ("reloaded_during", "released_during")
+        for beside in range(len(plan["choice"])))
+        if not _makes_a_loop(make_loop, schedule_for(other, joint._index)))
+    with pytest.raises(RuntimeError, match="schedule table"):
+        joint._apply(bad)
+    assert joint.plan is not bad and ctx.offloader is loop
+    made.clear()
     joint._apply(again)
     assert ctx.offloader is not loop and joint.plan is again
     assert made == [schedule_for(again, joint._index)] != [schedule_for(plan, joint._index)]
