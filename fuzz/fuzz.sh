@@ -8,7 +8,17 @@
 # and to the long runs (//fuzz:offload_fuzz, //fuzz:pipeline_fuzz, which
 # fuzz/long_run.sh starts with `bazel run`: a time-bounded run).
 #
+# The engine is compiled once, into an archive, by //fuzz:sanitized_engine
+# (fuzz.sh --archive=OUT SOURCE...); each target then compiles only its
+# harness and links that archive whole.
+#
+# Usage: fuzz.sh --archive=OUT SOURCE...
+#   compiles every .cc among the sources for fuzzing
+#   (-fsanitize=fuzzer-no-link,address,undefined) into the archive OUT, and
+#   stops
 # Usage: fuzz.sh NAME CORPUS_DIR SOURCE... [OPTION...]
+#   SOURCE        the harness's .cc and .h files and archives (.a) made by
+#                 --archive
 #   --runs=N      stop after N executions, one process, fixed libFuzzer seed:
 #                 the same result on any machine (CI)
 #   --seconds=S   fuzz for S seconds of wall time on --jobs processes
@@ -36,6 +46,7 @@ seconds=""
 jobs=2
 seed=""
 out=""
+archive=""
 positional=()
 for arg in "$@"; do
   case $arg in
@@ -44,6 +55,7 @@ for arg in "$@"; do
     --jobs=*) jobs=${arg#*=} ;;
     --seed=*) seed=${arg#*=} ;;
     --out=*) out=${arg#*=} ;;
+    --archive=*) archive=${arg#*=} ;;
     --*) fail "unknown option $arg (see the usage at the top of fuzz/fuzz.sh)" ;;
     *) positional+=("$arg") ;;
   esac
@@ -52,6 +64,42 @@ if [[ -n ${OFFLOAD_FUZZ_RUNS:-} ]]; then runs=$OFFLOAD_FUZZ_RUNS; seconds=""; fi
 if [[ -n ${OFFLOAD_FUZZ_SECONDS:-} ]]; then seconds=$OFFLOAD_FUZZ_SECONDS; runs=""; fi
 jobs=${OFFLOAD_FUZZ_JOBS:-$jobs}
 seed=${OFFLOAD_FUZZ_SEED:-$seed}
+cxx=${OFFLOAD_FUZZ_CXX:-clang++}
+flags=(-std=c++20 -O1 -gline-tables-only -fno-omit-frame-pointer
+       -fno-sanitize-recover=all -I.)
+link_flags=(-fsanitize=fuzzer,address,undefined)
+# Objects for a fuzz target, not its main: the same coverage counters and
+# sanitizers, libFuzzer linked only by the target.
+object_flags=(-fsanitize=fuzzer-no-link,address,undefined)
+
+command -v "$cxx" >/dev/null ||
+  fail "$cxx not found: run ./setup.sh (it installs clang and libclang-rt-14-dev)"
+
+# compile OBJ_DIR JOBS SOURCE...: every .cc among the sources, not tests.
+compile() {
+  local obj=$1 build_jobs=$2
+  shift 2
+  rm -rf "$obj"
+  mkdir -p "$obj"
+  printf '%s\n' "$@" | grep '\.cc$' | grep -v '_test\.cc$' |
+    xargs -r -P "$build_jobs" -I{} sh -c \
+      'o="$1/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' \
+      {} "$obj" {} "$cxx" "${flags[@]}" "${object_flags[@]}"
+}
+
+if [[ -n $archive ]]; then
+  ((${#positional[@]} >= 1)) || fail "usage: fuzz.sh --archive=OUT SOURCE..."
+  start=$SECONDS
+  obj=$(mktemp -d "${TMPDIR:-/tmp}/sanitized_engine.XXXXXX")
+  compile "$obj" "$(nproc 2>/dev/null || echo 2)" "${positional[@]}" ||
+    fail "compiling the engine for fuzzing failed"
+  rm -f "$archive"
+  ar rcs "$archive" "$obj"/*.o || fail "archiving $archive failed"
+  rm -rf "$obj"
+  echo "fuzz.sh: compiled the engine for fuzzing into $archive in $((SECONDS - start)) s"
+  exit 0
+fi
+
 ((${#positional[@]} >= 3)) || fail "usage: fuzz.sh NAME CORPUS_DIR SOURCE... [OPTION...]"
 name=${positional[0]}
 corpus_dir=${positional[1]}
@@ -67,7 +115,6 @@ if [[ -n $runs ]]; then
 elif ((jobs > 1)) && [[ -n $seed && $seed != 0 ]]; then
   fail "--seed=$seed would give all $jobs jobs the same seed: add --jobs=1"
 fi
-cxx=${OFFLOAD_FUZZ_CXX:-clang++}
 if [[ -n ${TEST_TMPDIR:-} ]]; then
   work=${out:-$TEST_TMPDIR}
   artifacts=${TEST_UNDECLARED_OUTPUTS_DIR:-$work}
@@ -81,28 +128,24 @@ mkdir -p "$work" "$artifacts"
 work=$(cd "$work" && pwd)
 artifacts=$(cd "$artifacts" && pwd)
 binary=$work/${name}_fuzz
-flags=(-std=c++20 -O1 -gline-tables-only -fno-omit-frame-pointer
-       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I.)
-
-command -v "$cxx" >/dev/null ||
-  fail "$cxx not found: run ./setup.sh (it installs clang and libclang-rt-14-dev)"
 echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' \
   >"$work/probe.cc"
-"$cxx" "${flags[@]}" "$work/probe.cc" -o "$work/probe" 2>"$work/probe.log" || {
+"$cxx" "${flags[@]}" "${link_flags[@]}" "$work/probe.cc" -o "$work/probe" 2>"$work/probe.log" || {
   cat "$work/probe.log" >&2
   fail "$cxx cannot link -fsanitize=fuzzer,address,undefined: install libclang-rt-14-dev (./setup.sh)"
 }
 
-# Build: every .cc among the sources (headers are there for the includes).
+# Build: the harness's .cc files, linked with the archives among the sources
+# (the whole of each: nothing of the engine is left out).
 start=$SECONDS
-rm -rf "$work/obj"
-mkdir -p "$work/obj"
-printf '%s\n' "${sources[@]}" | grep '\.cc$' | grep -v '_test\.cc$' |
-  xargs -P "$build_jobs" -I{} sh -c \
-    'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; "$@" -c "$0" -o "$o"' \
-    {} "$work" {} "$cxx" "${flags[@]}" ||
+compile "$work/obj" "$build_jobs" "${sources[@]}" ||
   fail "compiling the $name fuzz target failed"
-"$cxx" "${flags[@]}" "$work"/obj/*.o -o "$binary" ||
+archives=()
+for f in "${sources[@]}"; do
+  [[ $f == *.a ]] && archives+=("$f")
+done
+"$cxx" "${flags[@]}" "${link_flags[@]}" "$work"/obj/*.o \
+  -Wl,--whole-archive "${archives[@]}" -Wl,--no-whole-archive -o "$binary" ||
   fail "linking the $name fuzz target failed"
 echo "fuzz.sh: $name: built $binary in $((SECONDS - start)) s"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A long fuzz run of one target (docs/testing.md, "Fuzzing"): Bazel hands
-# fuzz/fuzz.sh the sources of fuzz/BUILD's filegroups (the same as CI's
-# //fuzz:*_fuzz_test), fuzz.sh builds the target with clang
+# fuzz/fuzz.sh the engine compiled for fuzzing (//fuzz:sanitized_engine,
+# from fuzz/BUILD's filegroups) and the harness (the same as CI's
+# //fuzz:*_fuzz_test), fuzz.sh links the target with clang
 # (-fsanitize=fuzzer,address,undefined) and fuzzes a copy of the seed corpus
 # for SECONDS on --jobs processes (default 2), each with a fresh seed.
 # `bazel run` releases Bazel's server before fuzzing starts, so other bazel
