@@ -4,7 +4,7 @@
 // becomes actoffload.OffloadError with the engine's message. The Python
 // package (actoffload/*.py) puts PyTorch's hooks around these.
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <map>
 #include <memory>

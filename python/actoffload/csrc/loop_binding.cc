@@ -20,7 +20,9 @@
 // mesh, placements, shape and stride, so it is never gathered whole.
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/extension.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <map>
 #include <memory>

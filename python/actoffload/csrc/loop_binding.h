@@ -4,7 +4,7 @@
 #ifndef ACTOFFLOAD_CSRC_LOOP_BINDING_H_
 #define ACTOFFLOAD_CSRC_LOOP_BINDING_H_
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <memory>
 

@@ -6,7 +6,7 @@
 // that picks the plan the budget mode keeps (engine/plan/joint_race.h), and
 // its plan for a longer batch (engine/plan/joint_length.h).
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <optional>
 #include <string>

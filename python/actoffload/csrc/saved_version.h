@@ -6,7 +6,8 @@
 #ifndef ACTOFFLOAD_CSRC_SAVED_VERSION_H_
 #define ACTOFFLOAD_CSRC_SAVED_VERSION_H_
 
-#include <torch/extension.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
 #include <stdexcept>

@@ -26,7 +26,7 @@
 #ifndef ACTOFFLOAD_CSRC_SESSION_H_
 #define ACTOFFLOAD_CSRC_SESSION_H_
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
 #include <memory>

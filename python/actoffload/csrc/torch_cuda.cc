@@ -3,6 +3,7 @@
 #include "python/actoffload/csrc/torch_cuda.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/from_blob.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -7,7 +7,7 @@
 #ifndef ACTOFFLOAD_CSRC_TORCH_CUDA_H_
 #define ACTOFFLOAD_CSRC_TORCH_CUDA_H_
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
 #include <memory>
