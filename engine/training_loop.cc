@@ -86,13 +86,15 @@ LoopIteration::~LoopIteration() {
 // --- TrainingLoop -----------------------------------------------------------
 
 StatusOr<std::unique_ptr<TrainingLoop>> TrainingLoop::Create(
-    Backend& backend, const OffloadOptions& options) {
+    Backend& backend, const OffloadOptions& options,
+    std::function<bool()> backward_running) {
   // Checks the options once; the pool makes the same ones later.
   OFFLOAD_ASSIGN_OR_RETURN(std::unique_ptr<Offloader> probe,
                            Offloader::Create(backend, options));
   probe.reset();
   return std::unique_ptr<TrainingLoop>(
-      new TrainingLoop(std::make_shared<LoopPool>(backend, options)));
+      new TrainingLoop(std::make_shared<LoopPool>(
+          backend, options, std::move(backward_running))));
 }
 
 TrainingLoop::TrainingLoop(std::shared_ptr<LoopPool> pool)

@@ -20,6 +20,10 @@
 //      │                        └────BackwardStep───────┘       left)
 //      └── graph freed, or AbandonForward ──▶ abandoned (warned)
 //
+// A pass that raised stays "in a pass" until the next PassEnded, or, when
+// the loop is told whether a backward runs, until its graph is freed
+// outside one (Create).
+//
 // done, abandoned, and a retained iteration whose last saved handle or
 // whose graph goes, give their Offloader back to the pool, its memory
 // released (FinishBackward or AbandonIteration, ordered as the Offloader
@@ -35,6 +39,7 @@
 #define OFFLOAD_ENGINE_TRAINING_LOOP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -112,10 +117,18 @@ struct LoopLayer {
 
 class TrainingLoop {
  public:
+  // `backward_running`, when given, says whether the framework's backward
+  // pass runs on this thread now (autograd's current graph task). A pass
+  // that raised never ends (no end callback runs): with it, an iteration
+  // whose graph is freed while its pass is open and no backward runs ends
+  // then, and its memory (what the pass reloaded, the host copies) goes
+  // with its graph. Without it, that iteration ends at the next PassEnded
+  // (the package calls it at the next forward: end_stale_pass).
   // Errors: what Offloader::Create returns for `options` (checked once
   //   here: every pooled Offloader is made with them).
   static StatusOr<std::unique_ptr<TrainingLoop>> Create(
-      Backend& backend, const OffloadOptions& options);
+      Backend& backend, const OffloadOptions& options,
+      std::function<bool()> backward_running = nullptr);
   // Iterations whose graphs live on keep what they need (the pool stays
   // until the last one goes).
   ~TrainingLoop();

@@ -8,6 +8,7 @@
 #define OFFLOAD_ENGINE_TRAINING_LOOP_INTERNAL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,8 +49,11 @@ class LoopIteration : public std::enable_shared_from_this<LoopIteration> {
 
 class LoopPool : public std::enable_shared_from_this<LoopPool> {
  public:
-  LoopPool(Backend& backend, const OffloadOptions& options)
-      : backend_(backend), options_(options) {}
+  LoopPool(Backend& backend, const OffloadOptions& options,
+           std::function<bool()> backward_running)
+      : backend_(backend),
+        options_(options),
+        backward_running_(std::move(backward_running)) {}
 
   StatusOr<LoopLayer> ForwardStep(int expected);
   Status AbandonForward();
@@ -114,6 +118,8 @@ class LoopPool : public std::enable_shared_from_this<LoopPool> {
 
   Backend& backend_;
   const OffloadOptions options_;
+  // TrainingLoop::Create's; may be empty.
+  const std::function<bool()> backward_running_;
   Diagnostics diagnostics_;
   std::vector<std::unique_ptr<Offloader>> offloaders_;
   std::vector<int> idle_;

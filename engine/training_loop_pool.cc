@@ -234,7 +234,14 @@ void LoopPool::OnUnreferenced(LoopIteration& iteration) {
     case LoopState::kRetained:
       Note(End(iteration, /*abandon=*/false, "its graph was freed"));
       break;
-    case LoopState::kInPass:  // the pass's end ends it
+    case LoopState::kInPass:
+      // The pass's end ends it, unless no backward runs: then that pass
+      // raised, and nothing of this graph can be reached again.
+      if (backward_running_ && !backward_running_()) {
+        Note(End(iteration, /*abandon=*/false,
+                 "its backward pass raised and its graph was freed"));
+      }
+      break;
     case LoopState::kDone:
       break;
   }

@@ -6,6 +6,7 @@
 #include "engine/training_loop.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -158,6 +159,75 @@ TEST_F(TrainingLoopTest, GraphFreedMidForwardIsAbandonedAtTheNextForward) {
   ASSERT_OK(harness_->Backward(retry, 0, false));
   ASSERT_OK(loop_->PassEnded());
   ExpectNothingHeld();
+}
+
+// §7.2: a backward that raises (a NaN check in a gradient hook, an
+// out-of-memory error) never ends its pass: autograd runs no end callback,
+// and the caller's next forward is the first to say so (PassEnded). Told
+// whether a backward runs, the loop ends the iteration as soon as its graph
+// is freed outside one: what it reloaded for the pass and its host copies
+// are not held until the next step. Untold, they are.
+TEST_F(TrainingLoopTest, ABackwardThatRaisedEndsOnceItsGraphIsFreedOutsideABackward) {
+  for (const bool told : {true, false}) {
+    SCOPED_TRACE(told ? "told whether a backward runs" : "not told");
+    bool running = true;
+    ASSERT_OK_AND_ASSIGN(
+        std::unique_ptr<TrainingLoop> loop,
+        TrainingLoop::Create(*sim_, Options(),
+                             told ? std::function<bool()>([&running] {
+                               return running;
+                             })
+                                  : nullptr));
+    LoopHarness harness(*sim_, *loop);
+    LoopGraph graph = harness.Forward(kLayers);
+    // The pass runs layers 3 and 2, freeing their tensors as autograd does
+    // (the next offloaded layer, 1, is reloaded ahead), then raises.
+    ASSERT_OK(harness.Backward(graph, /*lowest=*/2, /*retain=*/false));
+    running = false;
+    sim_->RunUntilIdle();
+    EXPECT_GT(sim_->device_memory().live_bytes, baseline_);
+    EXPECT_EQ(loop->live_iterations(), 1);  // the caller holds its loss
+    graph = LoopGraph();                    // and drops it
+    sim_->RunUntilIdle();
+    if (told) {
+      EXPECT_EQ(loop->live_iterations(), 0);
+      EXPECT_EQ(sim_->device_memory().live_bytes, baseline_);
+      EXPECT_EQ(loop->OffloadedBytes(), 0);
+    } else {
+      EXPECT_EQ(loop->live_iterations(), 1);
+      EXPECT_GT(sim_->device_memory().live_bytes, baseline_);
+    }
+    // The next step's forward ends the stale pass first (the package's
+    // end_stale_pass), then runs as any other, on the same Offloader.
+    ASSERT_OK(loop->PassEnded());
+    EXPECT_EQ(loop->live_iterations(), 0);
+    running = true;
+    LoopGraph next = harness.Forward(kLayers);
+    ASSERT_OK(harness.Backward(next, 0, false));
+    ASSERT_OK(loop->PassEnded());
+    EXPECT_EQ(loop->live_iterations(), 0);
+    EXPECT_EQ(loop->pooled_offloaders(), 1);
+    sim_->RunUntilIdle();
+    EXPECT_EQ(sim_->device_memory().live_bytes, baseline_);
+  }
+}
+
+// A graph whose saved tensors all go during its own backward (autograd frees
+// each after its node ran) ends at the pass's end, not before: the pass
+// still runs.
+TEST_F(TrainingLoopTest, AGraphFreedDuringItsOwnBackwardEndsAtThePassEnd) {
+  ASSERT_OK_AND_ASSIGN(
+      std::unique_ptr<TrainingLoop> loop,
+      TrainingLoop::Create(*sim_, Options(), [] { return true; }));
+  LoopHarness harness(*sim_, *loop);
+  LoopGraph graph = harness.Forward(kLayers);
+  ASSERT_OK(harness.Backward(graph, 0, /*retain=*/false));
+  graph = LoopGraph();
+  EXPECT_EQ(loop->live_iterations(), 1);
+  ASSERT_OK(loop->PassEnded());
+  EXPECT_EQ(loop->live_iterations(), 0);
+  sim_->RunUntilIdle();
+  EXPECT_EQ(sim_->device_memory().live_bytes, baseline_);
 }
 
 // §7.2: an evaluation with grad on (a whole forward, no backward).

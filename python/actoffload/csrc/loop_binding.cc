@@ -20,6 +20,7 @@
 // mesh, placements, shape and stride, so it is never gathered whole.
 
 #include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/utils/pybind.h>
@@ -77,13 +78,21 @@ bool Truthy(PyObject* value) {
   return value != nullptr && PyObject_IsTrue(value) == 1;
 }
 
+// Whether autograd's engine runs a backward pass (a graph task) on this
+// thread: TrainingLoop::Create's backward_running. A graph freed outside
+// one, while its pass is open, is that of a backward that raised.
+bool BackwardRunning() {
+  return torch::autograd::get_current_graph_task_nodes_in_graph() != nullptr;
+}
+
 class Loop : public std::enable_shared_from_this<Loop> {
  public:
   Loop(std::shared_ptr<Session> session, const offload::OffloadOptions& options,
        int64_t min_bytes)
       : session_(std::move(session)),
         loop_(ValueOrThrow(
-            offload::TrainingLoop::Create(session_->backend(), options))),
+            offload::TrainingLoop::Create(session_->backend(), options,
+                                          BackwardRunning))),
         min_elements_(options.min_offload_elements),
         min_bytes_(min_bytes),
         tensor_type_(reinterpret_cast<PyObject*>(THPVariableClass)) {}
