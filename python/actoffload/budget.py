@@ -367,6 +367,7 @@ class JointBudget(budget_race.RaceView):
             tolerance_bytes=min(getattr(self.probe, "granularity", 0),
                                 int(_TOLERANCE * self._budget_bytes)))
         self._race.start()
+        self.lengths.race_started(self._race)
         self._take_refusal()
         self._apply(self._race.plan)
 

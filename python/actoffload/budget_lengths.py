@@ -49,15 +49,17 @@ from .budget_units import plan_key, schedule_for
 
 
 class LongerBatches:
-    """The plans of a JointBudget (`budget`) for batches longer than its profile's."""
+    """The glue of a JointBudget (`budget`) to the engine's LongerBatches
+    (_C.LongerBatches, engine/plan/longer_batches.h), which decides which
+    plan for longer batches serves when: here the batches are seen, the
+    checked steps' peaks read, the plans applied and the warnings said."""
 
     def __init__(self, budget):
         self.budget = budget
-        self.longest = 1.0    # the longest batch planned for after the warm-up, to the profiled one
-        self.seen = 1.0       # the longest batch the race saw
+        self._engine = None   # _C.LongerBatches, once the race is made
+        self._said = set()    # length_id of the plans whose needs_budget was warned about
         self._pending = None  # a plan made for it, not yet in force
         self._for_one = False  # whether the pending plan is for this forward alone (the race)
-        self._race_plan = None  # (ratio made for, plan or None): the race's plan for longer batches
         self._handle = None   # the first-call hook, while it waits
         self._changed = None  # what the context does when the plan changes now
         self._thread = None   # the thread whose forward the hook waits for
@@ -67,9 +69,28 @@ class LongerBatches:
         # grow with the batch (it is not hooked again).
         self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
-        self._failed = set()    # (ratio, plan_key): plans for longer batches that ran out of memory
-        self._check = None      # [plan, steps left]: a plan for longer batches whose peak is read
         self._checking = None   # this forward's: [plan, allocated at its start, whether begun]
+
+    def race_started(self, race):
+        """The budget's race (_C.JointRace) started: the engine's
+        LongerBatches plans with it from now on."""
+        from .budget import CHECKED_ITERATIONS
+        self._engine = _common.ext().LongerBatches(race, CHECKED_ITERATIONS)
+
+    @property
+    def seen(self):
+        """The longest batch the race saw, to the profiled one."""
+        return 1.0 if self._engine is None else self._engine.seen
+
+    @property
+    def longest(self):
+        """The longest batch planned for after the warm-up, to the profiled one."""
+        return 1.0 if self._engine is None else self._engine.longest
+
+    @staticmethod
+    def _id(plan):
+        """The engine's number of a plan it made for longer batches, else 0."""
+        return 0 if plan is None else plan.get("length_id", 0)
 
     def pending_is_lean(self):
         """Whether the pending plan runs without the engine (budget.LEAN)."""
@@ -148,34 +169,38 @@ class LongerBatches:
         if self._checking is not None:
             self._check_length(ratio)
         if self.budget.measuring:
-            self.seen = max(self.seen, ratio)
+            self._engine.race_saw(ratio)
         else:
             self._plan(ratio)
 
     def warm_up_ended(self):
         """After the warm-up: plans for the longest batch the race saw."""
-        self._plan(self.seen)
+        if self._profiled() is not None:
+            self._put(self._made(lambda engine: engine.warm_up_ended(),
+                                 "every batch from now on runs"))
 
     # --- planning -----------------------------------------------------------------
     def _profiled(self):
         """The first unit's input bytes in the profile, or None before the
         race's start."""
         budget = self.budget
-        if budget._race is None or not budget._profiles:
+        if self._engine is None or not budget._profiles:
             return None
         return budget._profiles[0]["input"][0]
 
     def _plan(self, ratio):
-        """After the warm-up: plans for a batch `ratio` times the profiled
-        one's size if it is the longest yet; whether a plan of other
-        choices is now pending."""
-        if ratio <= self.longest:
-            return False
-        self.longest = ratio
-        plan = self._for_length(ratio, "every batch from now on runs")
+        """After the warm-up: a batch `ratio` times the profiled one's
+        size; whether a plan of other choices is now pending (the engine
+        plans for it where it is the longest yet)."""
+        return self._put(self._made(lambda engine: engine.plan_if_longest(ratio),
+                                    "every batch from now on runs", ratio))
+
+    def _put(self, plan):
+        """After the warm-up: `plan` (or None) serves from now on. Where it
+        runs as the plan in force does, only its figures change; else it
+        is pending. Whether it is pending."""
         if plan is None:
             return False
-        self._arm(plan)
         if self.budget.same_plan(plan, self.budget.plan):
             self._pending = None
             self.budget._apply(plan)  # the same choices and schedule: only its figures change
@@ -184,113 +209,82 @@ class LongerBatches:
         return True
 
     def _plan_for_one(self, ratio):
-        """In the race: a plan for this forward's batch, `ratio` times the
-        profiled one's size, where the race's plan does not fit it; whether
-        a plan for it alone is now pending. It is the plan for the longest
-        batch the race has seen (which fits every shorter one), made once
-        per longest: the engine takes a moment to plan, and each new plan
-        that offloads needs an engine loop of its own."""
-        if ratio <= 1.0:
-            return False
-        longest = max(self.seen, ratio)  # (seen only once the first unit confirms it)
-        if self._race_plan is None or self._race_plan[0] != longest:
-            self._race_plan = (longest, self._for_length(
-                longest, "batches longer than the profiled one run"))
-        plan = self._race_plan[1]
+        """In the race: the plan for this forward's batch, `ratio` times
+        the profiled one's size (the engine's: the plan for the longest
+        batch the race has seen, which fits every shorter one), where the
+        race's plan is not it; whether a plan for it alone is now pending."""
+        plan = self._made(lambda engine: engine.for_one_forward(ratio),
+                          "batches longer than the profiled one run", ratio)
         if plan is None or self.budget.same_plan(plan, self.budget.plan):
             return False
         self._pending, self._for_one = plan, True
         return True
 
-    def _for_length(self, ratio, then):
-        """The engine's plan for `ratio`, warned about where it needs a
-        larger budget (`then` says what runs); None where it failed."""
+    def _made(self, make, then, ratio=None):
+        """The engine's plan `make(engine)` (or None), warned about once
+        where it needs a larger budget (`then` says what runs) or where it
+        failed."""
         try:
-            plan = self.budget._race.for_length(ratio)
+            plan = make(self._engine)
         except (RuntimeError, ValueError) as error:  # the engine's Status
-            warnings.warn(f"actoffload: no plan for a batch {ratio:.2f} times the profiled "
-                          f"one's size ({error}); the plan in force runs", stacklevel=5)
+            warnings.warn(f"actoffload: no plan for a batch {ratio or self._engine.seen:.2f} "
+                          f"times the profiled one's size ({error}); the plan in force runs",
+                          stacklevel=5)
             return None
-        if plan["needs_budget"]:
+        if plan is not None and plan["needs_budget"] and plan["length_id"] not in self._said:
+            self._said.add(plan["length_id"])
             warnings.warn(
-                f"actoffload: a batch {ratio:.2f} times the profiled one's size needs a "
-                f"budget of at least {plan['needs_budget']} bytes, and the budget is "
+                f"actoffload: a batch {plan['for_ratio']:.2f} times the profiled one's size "
+                f"needs a budget of at least {plan['needs_budget']} bytes, and the budget is "
                 f"{self.budget.budget_bytes}; {then} the plan for that least budget",
                 stacklevel=5)
-        plan["for_ratio"] = ratio
         return plan
 
     def out_of_memory(self, failed, watch):
-        """After the warm-up, a step of `failed`, the plan made for batches
-        failed["for_ratio"] times the profiled one's size, ran out of device
-        memory: the plan for them predicted below it serves from now on
-        (the engine's PlanForLengthBelow: later plans for longer batches
-        are made within that too). Where none is, or it is one that failed
-        at that length already (what the model predicts lower may not be:
-        GPU run 135), the plan of the last step whose backward ended
-        (watch.held, a SteadyWatch) runs again, where it is another plan for
-        that length and that step ran after the first error at that length
-        (before it, the device held more: GPU run 136); else `failed` runs
-        on. Each is warned about."""
-        ratio = failed["for_ratio"]
-
-        def key(plan):  # a plan at this length, as it runs
-            return (ratio,) + plan_key(plan, self.budget._index)
-        first = not any(r == ratio for r, *_ in self._failed)
-        self._failed.add(key(failed))
-        if first:
+        """After the warm-up, a step of `failed`, a plan for longer batches,
+        ran out of device memory. The engine says what serves now
+        (LongerBatches::OutOfMemory): the plan for that length predicted
+        below it (later plans for longer batches are made within that
+        too); else the plan the last step whose backward ended
+        (watch.held, a SteadyWatch) ran, where another plan for that length
+        ran a whole step since its first error there (before it, the device
+        held more: GPU run 136); else `failed` runs on. Each is warned about."""
+        way = self._engine.out_of_memory(self._id(failed), self._id(watch.held))
+        if way["first_at_length"]:
             watch.held = None  # a step that ran before it ran on more memory
-        held = watch.held
-        try:
-            plan = self.budget._race.for_length_below(ratio, failed["peak_bytes"])
-            error = None
-        except (RuntimeError, ValueError) as e:  # the engine's Status
-            plan, error = None, e
+        ratio = failed["for_ratio"]
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the "
                 "profiled one's size ran out of device memory after the warm-up")
-        if plan is not None and key(plan) not in self._failed:
-            plan["for_ratio"] = ratio
+        plan = way["plan"]
+        if plan is not None:
             warnings.warn(
                 f"{said}: the device cannot hold that plan; they run one predicted to "
                 f"peak at {plan['peak_bytes']} bytes in the units, for "
                 f"{failed['peak_bytes']}", stacklevel=5)
             self.budget._apply(plan)
-            self._arm(plan)
             return
-        why = (f"no plan for them is predicted to hold less ({error})" if error is not None
+        why = (f"no plan for them is predicted to hold less ({way['why']})" if way["why"]
                else "the plan predicted to hold less ran out of memory before")
-        if (held is not None and held.get("for_ratio") == ratio
-                and not self.budget.same_plan(held, failed)):
+        if way["again"]:
             warnings.warn(f"{said}, and {why}; the last plan a whole step of theirs ran "
                           "with runs again", stacklevel=5)
-            self.budget._apply(held)
+            self.budget._apply(watch.held)
             return
         warnings.warn(f"{said}, and {why}; it runs on: shorter batches would fit",
                       stacklevel=5)
 
-
     # --- checking a plan for longer batches -----------------------------------------
-    def _arm(self, plan):
-        """After the warm-up: the next budget.CHECKED_ITERATIONS steps of
-        `plan` on batches of its length read their peak (check_begins,
-        _check_length, pass_ended), as the race checks the plan it keeps;
-        nothing else measured it."""
-        from .budget import CHECKED_ITERATIONS
-        self._check = [plan, CHECKED_ITERATIONS]
-
     def check_begins(self):
         """At a forward after the warm-up (or where a plan for a longer
-        batch is put in force before its first unit): where the plan in
-        force is being checked, what is allocated now is the step's base;
-        its peak is read from the first unit on, where the batch is the
-        plan's length (_check_length)."""
+        batch is put in force before its first unit): where the engine
+        checks the plan in force (its first budget.CHECKED_ITERATIONS steps
+        at its length: nothing else measured it), what is allocated now is
+        the step's base; its peak is read from the first unit on, where the
+        batch is the plan's length (_check_length)."""
         self._checking = None
-        if self._check is None:
+        if self._engine is None or not self._engine.check_begins(self._id(self.budget.plan)):
             return
-        if self._check[0] is not self.budget.plan:
-            self._check = None  # another plan came: that one is not checked
-            return
-        self._checking = [self._check[0], self.budget.probe.allocated(), False]
+        self._checking = [self.budget.plan, self.budget.probe.allocated(), False]
 
     def _check_length(self, ratio):
         """The first unit of a checked forward begins on a batch `ratio`
@@ -308,55 +302,45 @@ class LongerBatches:
     def pass_ended(self, plan):
         """The backward of a step of `plan` ended (budget_edge.SteadyWatch):
         where it was a checked step on a batch of the plan's length, its
-        peak against the budget (or the least budget the plan was said to
-        need). Over it, the units' bytes grew faster with the batch than the
-        model took them to (eager attention's scores grow as the square of
-        the tokens): the engine fits that growth (PlanForLengthMeasured,
-        JointRace::length_exponent) and the plan it makes for that length
-        with it serves from then on, warned about, checked in turn. Where
-        that is the same plan, choices and schedule (none holds less), its
-        figures change, a warning names the least budget it holds at that
-        growth, and the checks end."""
+        peak goes to the engine (LongerBatches::StepChecked). Over the
+        budget (or the least budget the plan was said to need), the units'
+        bytes grew faster with the batch than the model took them to (eager
+        attention's scores grow as the square of the tokens): the engine
+        fits that growth (JointRace::length_exponent) and the plan it makes
+        for that length with it serves from then on, warned about, checked
+        in turn. Where that is the same plan, choices and schedule (none
+        holds less), its figures change, a warning names the least budget
+        it holds at that growth, and the checks end."""
         checking, self._checking = self._checking, None
         if checking is None or not checking[2] or checking[0] is not plan \
-                or self._check is None or self._check[0] is not plan:
+                or self._engine is None or self._engine.checked != self._id(plan):
             return  # not a checked step of this plan on a batch of its length
         ratio = plan["for_ratio"]
         budget = self.budget
-        race = budget._race
         peak = budget.probe.peak() - checking[1]
         try:
-            lower = race.for_length_measured(ratio, plan["peak_bytes"], plan["needs_budget"],
-                                             peak)
+            lower, same = self._engine.step_checked(self._id(plan), peak)
         except (RuntimeError, ValueError) as error:  # the engine's Status
-            self._check = None
             warnings.warn(f"actoffload: no plan for batches {ratio:.2f} times the profiled "
                           f"one's size after a step of theirs peaked at {peak} bytes ({error}); "
                           "the plan in force runs on", stacklevel=2)
             return
         if lower is None:  # it holds
-            self._check[1] -= 1
-            if self._check[1] == 0:
-                self._check = None
             return
-        lower["for_ratio"] = ratio
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
                 f"one's size peaked at {peak} bytes above the forward's start, over the "
                 f"budget of {max(budget.budget_bytes, plan['needs_budget'])} (its units were "
                 f"predicted at {plan['peak_bytes']} bytes): their bytes grow as the batch's "
-                f"size to the power {race.length_exponent:.2f}")
+                f"size to the power {budget._race.length_exponent:.2f}")
         needs = (f"; no plan holds the budget at that growth, and the least budget that "
                  f"does is {lower['needs_budget']} bytes" if lower["needs_budget"] else "")
-        if budget.same_plan(lower, plan):
-            self._check = None
+        if same:
             warnings.warn(f"{said}, and no plan for them is predicted to hold less{needs}; "
                           "it runs on", stacklevel=2)
-            budget._apply(lower)  # its figures
-            return
-        warnings.warn(f"{said}; they run a plan made for that, predicted at "
-                      f"{lower['peak_bytes']} bytes{needs}", stacklevel=2)
+        else:
+            warnings.warn(f"{said}; they run a plan made for that, predicted at "
+                          f"{lower['peak_bytes']} bytes{needs}", stacklevel=2)
         budget._apply(lower)
-        self._arm(lower)
 
 
 class Interim:

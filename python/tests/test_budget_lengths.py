@@ -173,20 +173,10 @@ def _peaks_as_planned(probe, joint):
     """Once planned, `probe` reads the plan's own predicted peak, scaled to
     the batch from the length it was made for (for plans that offload,
     which _ScalesWithLength leaves out)."""
-    made_for = {}  # id(plan) -> (plan, the ratio to the profiled batch it was made for)
-    for_length = joint.lengths._for_length
-
-    def recorded(ratio, *args, **kwargs):
-        plan = for_length(ratio, *args, **kwargs)
-        if plan is not None:
-            made_for[id(plan)] = (plan, ratio)
-        return plan
-    joint.lengths._for_length = recorded
-
     def peak():
         if joint.plan is None:
             return ScriptedProbe.peak(probe)
-        ratio = made_for.get(id(joint.plan), (None, 1.0))[1]
+        ratio = joint.plan.get("for_ratio", 1.0)  # the race's own: 1
         return int(joint.plan["peak_bytes"] * probe.length / (probe.reference * ratio))
     probe.peak = peak
 
@@ -453,15 +443,15 @@ def test_a_longer_batch_the_engine_cannot_plan_for_is_warned_about_and_runs():
         it += 1
 
     class Failing:
-        def __init__(self, race):
-            self.race = race
+        def __init__(self, engine):
+            self.engine = engine
 
         def __getattr__(self, name):
-            return getattr(self.race, name)
+            return getattr(self.engine, name)
 
-        def for_length(self, ratio):
+        def plan_if_longest(self, ratio):
             raise _common.ext().OffloadError("planned to fail")
-    joint._race, plan = Failing(joint._race), joint.plan
+    joint.lengths._engine, plan = Failing(joint.lengths._engine), joint.plan
     x = _batch(48, it)
     with pytest.warns(UserWarning, match="no plan for a batch 1.50 times .*planned to fail"):
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
@@ -731,9 +721,14 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
     joint = ctx.joint_budget
     if allow_offload:
         _peaks_as_planned(probe, joint)
-    planned_for, for_length = [], joint.lengths._for_length
-    joint.lengths._for_length = lambda ratio, then: planned_for.append(ratio) or for_length(
-        ratio, then)
+    made, plan_made = [], joint.lengths._made  # (number, ratio) of each plan made
+
+    def recorded(*args):
+        plan = plan_made(*args)
+        if plan is not None:
+            made.append((plan["length_id"], plan["for_ratio"]))
+        return plan
+    joint.lengths._made = recorded
     per_unit = _common.saved_hooks_top() is not NotImplemented
     in_force = []  # the engine's loop each forward ran, read at its head
     model.head.register_forward_pre_hook(lambda module, args: in_force.append(ctx.offloader))
@@ -766,7 +761,7 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
             if joint.measuring:
                 step(32)
                 assert in_force[-1] is loop  # the race's, again
-        assert longer >= 2 and planned_for == [1.5]
+        assert longer >= 2 and len(set(made)) == 1 and made[0][1] == 1.5  # made once
         planned = joint._race.for_length(1.5)
         assert planned["needs_budget"] == 0
         assert step(32) <= joint.budget_bytes  # the first forward after the warm-up

@@ -5,6 +5,8 @@
 // does not plan. actoffload._C.JointRace: the warm-up race
 // that picks the plan the budget mode keeps (engine/plan/joint_race.h), and
 // its plan for a longer batch (engine/plan/joint_length.h).
+// actoffload._C.LongerBatches: which of those serves when
+// (engine/plan/longer_batches.h).
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -16,6 +18,7 @@
 #include "engine/plan/joint_limit.h"
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
+#include "engine/plan/longer_batches.h"
 #include "python/actoffload/csrc/loop_binding.h"
 #include "python/actoffload/csrc/session.h"
 
@@ -164,6 +167,87 @@ py::object WarningOf(const offload::RaceStep& step) {
                               : py::object(py::str(step.warning));
 }
 
+// A plan LongerBatches made, as PlanDict makes it, with its needs_budget,
+// the ratio it is for ("for_ratio") and its number there ("length_id").
+py::dict LongerDict(const offload::LongerPlan& p) {
+  py::dict out = PlanDict(p.length.plan, p.length.problem);
+  out["needs_budget"] = p.length.needs_budget;
+  out["for_ratio"] = p.ratio;
+  out["length_id"] = p.id;
+  return out;
+}
+
+py::object LongerOrNone(
+    const offload::StatusOr<std::optional<offload::LongerPlan>>& made) {
+  const std::optional<offload::LongerPlan> plan = ValueOrThrow(made);
+  return plan.has_value() ? py::object(LongerDict(*plan)) : py::object(py::none());
+}
+
+void BindLongerBatches(py::module& m) {
+  py::class_<offload::LongerBatches>(
+      m, "LongerBatches",
+      "LongerBatches (engine/plan/longer_batches.h): which plan for batches "
+      "longer than the profiled one serves when. Plans are dicts with "
+      "needs_budget, for_ratio and length_id (the number the calls below "
+      "take); an engine error raises.")
+      .def(py::init([](offload::JointRace& race, int checked_steps) {
+             if (checked_steps < 0) {
+               throw py::value_error("checked_steps must be at least 0");
+             }
+             return std::make_unique<offload::LongerBatches>(race, checked_steps);
+           }),
+           py::keep_alive<1, 2>(), py::arg("race"), py::arg("checked_steps"))
+      .def("for_one_forward",
+           [](offload::LongerBatches& l, double ratio) {
+             return LongerOrNone(l.ForOneForward(ratio));
+           },
+           "ForOneForward: in the race, the plan (or None) for this forward's "
+           "batch, `ratio` times the profiled one's size",
+           py::arg("ratio"))
+      .def("race_saw", &offload::LongerBatches::RaceSaw, py::arg("ratio"))
+      .def_property_readonly("seen", &offload::LongerBatches::seen)
+      .def_property_readonly("longest", &offload::LongerBatches::longest)
+      .def("plan_if_longest",
+           [](offload::LongerBatches& l, double ratio) {
+             return LongerOrNone(l.Longest(ratio));
+           },
+           "Longest: after the warm-up, the plan (or None) for a batch "
+           "`ratio` times the profiled one's size, where it is the longest yet",
+           py::arg("ratio"))
+      .def("warm_up_ended",
+           [](offload::LongerBatches& l) { return LongerOrNone(l.WarmUpEnded()); })
+      .def("check_begins", &offload::LongerBatches::CheckBegins,
+           py::arg("in_force"))
+      .def_property_readonly("checked", &offload::LongerBatches::checked)
+      .def("step_checked",
+           [](offload::LongerBatches& l, int id, int64_t measured_peak_bytes) {
+             offload::LongerBatches::CheckedStep step =
+                 ValueOrThrow(l.StepChecked(id, measured_peak_bytes));
+             return py::make_tuple(
+                 step.plan.has_value() ? py::object(LongerDict(*step.plan))
+                                       : py::object(py::none()),
+                 step.same);
+           },
+           "StepChecked: (plan or None, same)", py::arg("id"),
+           py::arg("measured_peak_bytes"))
+      .def("out_of_memory",
+           [](offload::LongerBatches& l, int failed, int held) {
+             offload::LongerBatches::GivingWay way =
+                 ValueOrThrow(l.OutOfMemory(failed, held));
+             py::dict out;
+             out["plan"] = way.plan.has_value() ? py::object(LongerDict(*way.plan))
+                                                : py::object(py::none());
+             out["again"] = way.again;
+             out["first_at_length"] = way.first_at_length;
+             out["why"] = way.why.ok() ? py::object(py::none())
+                                       : py::object(py::str(way.why.ToString()));
+             return out;
+           },
+           "OutOfMemory: a dict of plan (or None), again (a length_id or 0), "
+           "first_at_length and why (str or None)",
+           py::arg("failed"), py::arg("held"));
+}
+
 void BindJointRace(py::module& m) {
   py::class_<offload::JointRace>(
       m, "JointRace",
@@ -233,37 +317,6 @@ void BindJointRace(py::module& m) {
            "a batch `ratio` times the profiled one's size, with needs_budget "
            "(0 where it fits the budget)",
            py::arg("ratio"))
-      .def("for_length_below",
-           [](offload::JointRace& r, double ratio, int64_t failed_peak_bytes) {
-             offload::LengthPlan length = ValueOrThrow(
-                 offload::PlanForLengthBelow(r, ratio, failed_peak_bytes));
-             py::dict out = PlanDict(length.plan, length.problem);
-             out["needs_budget"] = length.needs_budget;
-             return out;
-           },
-           "PlanForLengthBelow (engine/plan/joint_length.h): after a plan "
-           "for `ratio` predicted at `failed_peak_bytes` ran out of memory, "
-           "the plan for that length predicted below it (the race's units' "
-           "budget lowered to it)",
-           py::arg("ratio"), py::arg("failed_peak_bytes"))
-      .def("for_length_measured",
-           [](offload::JointRace& r, double ratio, int64_t predicted_peak_bytes,
-              int64_t needs_budget, int64_t measured_peak_bytes) -> py::object {
-             std::optional<offload::LengthPlan> length =
-                 ValueOrThrow(offload::PlanForLengthMeasured(
-                     r, ratio, predicted_peak_bytes, needs_budget, measured_peak_bytes));
-             if (!length.has_value()) return py::none();
-             py::dict out = PlanDict(length->plan, length->problem);
-             out["needs_budget"] = length->needs_budget;
-             return out;
-           },
-           "PlanForLengthMeasured (engine/plan/joint_length.h): a step of the "
-           "plan for `ratio` (its predicted peak and needs_budget) measured "
-           "`measured_peak_bytes` on a batch of that length: None where it "
-           "holds, else the plan for that length made with the bytes' growth "
-           "it measured (the race's length_exponent raised)",
-           py::arg("ratio"), py::arg("predicted_peak_bytes"), py::arg("needs_budget"),
-           py::arg("measured_peak_bytes"))
       .def_property_readonly("length_exponent", &offload::JointRace::length_exponent)
       .def("calibrate",
            [](offload::JointRace& r, double step_ns,
@@ -322,6 +375,7 @@ void BindJointRace(py::module& m) {
 
 void BindJointPlan(py::module& m) {
   BindJointRace(m);
+  BindLongerBatches(m);
   m.def(
       "plan_joint",
       [](const std::vector<py::dict>& units, double d2h_gbps, double h2d_gbps,

@@ -1,0 +1,133 @@
+#include "engine/plan/longer_batches.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace offload {
+
+bool SameSchedule(const JointPlan& a, const JointPlan& b) {
+  return a.choice == b.choice && a.released_during == b.released_during &&
+         a.reloaded_during == b.reloaded_during;
+}
+
+LongerBatches::LongerBatches(JointRace& race, int checked_steps)
+    : race_(race), checked_steps_(checked_steps) {}
+
+LongerBatches::Key LongerBatches::KeyOf(const LongerPlan& plan) {
+  const JointPlan& p = plan.length.plan;
+  return Key(plan.ratio, p.choice, p.released_during, p.reloaded_during);
+}
+
+const LongerPlan& LongerBatches::Keep(double ratio, LengthPlan length) {
+  const int id = next_id_++;
+  return plans_[id] = LongerPlan{id, ratio, std::move(length)};
+}
+
+const LongerPlan* LongerBatches::Find(int id) const {
+  const auto it = plans_.find(id);
+  return it == plans_.end() ? nullptr : &it->second;
+}
+
+void LongerBatches::Arm(int id) {
+  check_id_ = checked_steps_ > 0 ? id : 0;
+  checks_left_ = checked_steps_;
+}
+
+StatusOr<std::optional<LongerPlan>> LongerBatches::ForOneForward(double ratio) {
+  if (!(ratio > 1.0)) return std::optional<LongerPlan>();
+  const double longest = std::max(seen_, ratio);
+  if (race_plan_.has_value() && race_plan_->first == longest) {
+    const LongerPlan* plan = Find(race_plan_->second);
+    return plan == nullptr ? std::optional<LongerPlan>() : std::optional(*plan);
+  }
+  race_plan_.emplace(longest, 0);  // failed, until made
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan length, PlanForLength(race_, longest));
+  const LongerPlan& plan = Keep(longest, std::move(length));
+  race_plan_->second = plan.id;
+  return std::optional(plan);
+}
+
+void LongerBatches::RaceSaw(double ratio) { seen_ = std::max(seen_, ratio); }
+
+StatusOr<std::optional<LongerPlan>> LongerBatches::Longest(double ratio) {
+  if (!(ratio > longest_)) return std::optional<LongerPlan>();
+  longest_ = ratio;
+  OFFLOAD_ASSIGN_OR_RETURN(LengthPlan length, PlanForLength(race_, ratio));
+  const LongerPlan& plan = Keep(ratio, std::move(length));
+  Arm(plan.id);
+  return std::optional(plan);
+}
+
+bool LongerBatches::CheckBegins(int in_force) {
+  if (check_id_ != 0 && check_id_ != in_force) check_id_ = 0;
+  return check_id_ != 0;
+}
+
+StatusOr<LongerBatches::CheckedStep> LongerBatches::StepChecked(
+    int id, int64_t measured_peak_bytes) {
+  if (id == 0 || id != check_id_) {
+    return FailedPreconditionError(
+        "step of plan " + std::to_string(id) +
+        " for longer batches checked, where the plan checked is " +
+        std::to_string(check_id_));
+  }
+  const LongerPlan checked = plans_.at(id);
+  StatusOr<std::optional<LengthPlan>> made = PlanForLengthMeasured(
+      race_, checked.ratio, checked.length.plan.peak_bytes,
+      checked.length.needs_budget, measured_peak_bytes);
+  if (!made.ok()) {
+    check_id_ = 0;
+    return made.status();
+  }
+  CheckedStep out;
+  if (!made->has_value()) {  // it held
+    if (--checks_left_ == 0) check_id_ = 0;
+    return out;
+  }
+  out.same = SameSchedule((*made)->plan, checked.length.plan);
+  out.plan = Keep(checked.ratio, std::move(**made));
+  if (out.same) {
+    check_id_ = 0;
+  } else {
+    Arm(out.plan->id);
+  }
+  return out;
+}
+
+StatusOr<LongerBatches::GivingWay> LongerBatches::OutOfMemory(int failed,
+                                                              int held) {
+  const LongerPlan* found = Find(failed);
+  if (found == nullptr) {
+    return InvalidArgumentError("plan " + std::to_string(failed) +
+                                " ran out of memory, and no plan for longer "
+                                "batches has that number");
+  }
+  const LongerPlan lost = *found;
+  GivingWay out;
+  out.first_at_length = true;
+  for (const Key& key : failed_) {
+    if (std::get<0>(key) == lost.ratio) out.first_at_length = false;
+  }
+  failed_.insert(KeyOf(lost));
+  StatusOr<LengthPlan> below =
+      PlanForLengthBelow(race_, lost.ratio, lost.length.plan.peak_bytes);
+  if (below.ok()) {
+    LongerPlan candidate{0, lost.ratio, *below};
+    if (failed_.count(KeyOf(candidate)) == 0) {
+      out.plan = Keep(lost.ratio, std::move(*below));
+      Arm(out.plan->id);
+      return out;
+    }
+  } else {
+    out.why = below.status();
+  }
+  const LongerPlan* again = out.first_at_length ? nullptr : Find(held);
+  if (again != nullptr && again->ratio == lost.ratio &&
+      !SameSchedule(again->length.plan, lost.length.plan)) {
+    out.again = held;
+  }
+  return out;
+}
+
+}  // namespace offload

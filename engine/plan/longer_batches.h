@@ -1,0 +1,158 @@
+// The budget's policy for batches longer than the one its race profiled
+// (SPEC §7.8). Dynamic padding feeds batches of many lengths; joint_length.h
+// makes a plan for one length. This says which of those plans serves when:
+//   - in the race (the warm-up), a longer batch runs, for its forward
+//     alone, the plan for the longest batch the race has seen;
+//   - after the warm-up, a batch longer than every one before gets a plan
+//     that serves every batch from then on. Its first steps on batches of
+//     its length are checked: a peak over the budget makes the plan anew
+//     with the growth it measured (PlanForLengthMeasured), checked in turn;
+//   - a step of such a plan that runs out of device memory gives way to the
+//     plan for its length predicted below it, where that one has not failed
+//     there before (PlanForLengthBelow), else to the last plan a whole step
+//     of that length ran, else it runs on.
+// The caller (the PyTorch package's budget_lengths.py) sees the batches,
+// reads the peaks, applies the plans and warns; each plan made here carries
+// a number the caller hands back to name it. Pure, as the race is: no
+// backend, no clock, nothing but the race it plans with.
+
+#ifndef OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
+#define OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "engine/plan/joint_length.h"
+#include "engine/plan/joint_race.h"
+#include "engine/status.h"
+
+namespace offload {
+
+// A plan for longer batches, as LongerBatches made it.
+struct LongerPlan {
+  int id = 0;         // its number here (from 1; 0 names no plan made here)
+  double ratio = 1;   // the batch's size over the profiled one's it is for
+  LengthPlan length;  // the plan, its problem and the budget it needs
+};
+
+// Whether two plans run alike: the same choice per unit, and the same
+// places for each offloaded unit's release and reload (the schedule).
+bool SameSchedule(const JointPlan& a, const JointPlan& b);
+
+class LongerBatches {
+ public:
+  // `checked_steps` (>= 0): how many steps on batches of its length a plan
+  // made after the warm-up has its peak checked.
+  // REQUIRES: `race` outlives this object, and its Start() succeeded before
+  //   any call below.
+  LongerBatches(JointRace& race, int checked_steps);
+
+  // --- In the race -----------------------------------------------------------
+  // A forward's batch is `ratio` times the profiled one's size, as its
+  // first module call shows. Returns, for that forward alone, the plan for
+  // the longest batch the race has seen, this one included (made once per
+  // such longest, the same plan and number for each forward after); no
+  // plan where ratio <= 1.
+  // Errors: PlanForLength's, once per longest (no plan after it).
+  StatusOr<std::optional<LongerPlan>> ForOneForward(double ratio);
+
+  // In the race, the first unit confirmed a batch `ratio` times the
+  // profiled one's size: the warm-up's end plans for the longest.
+  void RaceSaw(double ratio);
+  double seen() const { return seen_; }
+
+  // --- After the warm-up -----------------------------------------------------
+  // A batch `ratio` times the profiled one's size. Where it is longer than
+  // every batch planned for so far (and than the profiled one), the plan
+  // for it, which serves every batch from now on: its next checked_steps
+  // steps on batches of its length are checked (CheckBegins). Else none.
+  // Errors: PlanForLength's; the length counts as planned for all the same
+  //   (the plan in force serves on).
+  StatusOr<std::optional<LongerPlan>> Longest(double ratio);
+
+  // The longest batch planned for after the warm-up (1 before any).
+  double longest() const { return longest_; }
+
+  // The warm-up ended: Longest(seen()).
+  StatusOr<std::optional<LongerPlan>> WarmUpEnded() { return Longest(seen_); }
+
+  // A step begins with plan number `in_force` in force (0: a plan not made
+  // here). Returns whether it is a checked step: its peak is to be read from
+  // its first unit on, where the batch has the plan's length
+  // (StepChecked). A check of another plan ends: that plan no longer runs.
+  bool CheckBegins(int in_force);
+
+  // The plan whose steps are checked now, or 0.
+  int checked() const { return check_id_; }
+
+  struct CheckedStep {
+    // None: the step held the budget (the plan's own needs_budget where
+    // larger). Else the plan that serves from now on, made with the growth
+    // of the bytes the step measured (the race's length_exponent()).
+    std::optional<LongerPlan> plan;
+    // The plan is the checked one's choice and schedule with new figures:
+    // none holds less at that growth, and the checks end. Else it is
+    // checked in turn.
+    bool same = false;
+  };
+  // A checked step of plan `id`, on a batch of its length, peaked at
+  // `measured_peak_bytes` above its forward's start. A step that held counts
+  // one of the checks; the last ends them.
+  // Errors: kFailedPrecondition where `id` is not checked() (nothing
+  //   changes); PlanForLengthMeasured's (the checks end).
+  StatusOr<CheckedStep> StepChecked(int id, int64_t measured_peak_bytes);
+
+  struct GivingWay {
+    // The plan for the failed plan's length predicted below it, which has
+    // not failed at that length: it serves from now on, checked in turn.
+    std::optional<LongerPlan> plan;
+    // Else, where nonzero, the plan a whole step of that length ran last
+    // since that length's first failure: it runs again.
+    int again = 0;
+    // The failed plan was the first to fail at its length.
+    bool first_at_length = false;
+    // Where no plan: PlanForLengthBelow's error, or OK where the plan it
+    // made failed at that length before. Where neither plan nor again,
+    // the failed plan runs on (shorter batches would fit).
+    Status why;
+  };
+  // After the warm-up, a step of plan `failed` ran out of device memory;
+  // `held` is the plan the last step whose backward ended ran (0 where none
+  // or not made here). A `held` from before the first failure at the failed
+  // plan's length ran on more memory than the device holds now, and is not
+  // taken: the caller forgets it where first_at_length.
+  // Errors: kInvalidArgument where `failed` is not a plan made here
+  //   (nothing changes).
+  StatusOr<GivingWay> OutOfMemory(int failed, int held);
+
+  // The plan numbered `id`, or nullptr.
+  const LongerPlan* Find(int id) const;
+
+ private:
+  // A plan at a length, as it runs: its ratio, choices and schedule.
+  using Key = std::tuple<double, std::vector<UnitChoice>, std::vector<int>,
+                         std::vector<int>>;
+  static Key KeyOf(const LongerPlan& plan);
+  const LongerPlan& Keep(double ratio, LengthPlan length);
+  void Arm(int id);
+
+  JointRace& race_;
+  const int checked_steps_;
+  int next_id_ = 1;
+  std::map<int, LongerPlan> plans_;
+  double longest_ = 1.0;  // the longest batch planned for after the warm-up
+  double seen_ = 1.0;     // the longest batch the race saw
+  // The race's plan for its longest: (ratio, plan id or 0 where it failed).
+  std::optional<std::pair<double, int>> race_plan_;
+  int check_id_ = 0;      // the plan checked, or 0
+  int checks_left_ = 0;
+  std::set<Key> failed_;  // plans that ran out of memory at their length
+};
+
+}  // namespace offload
+
+#endif  // OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_

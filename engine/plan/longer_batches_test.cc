@@ -1,0 +1,292 @@
+// Which plan for longer batches serves when (engine/plan/longer_batches.h),
+// on the race's stacks of identical units (joint_problem_testing.h: 300
+// bytes each, input 30, re-created 270, forward 100 ns, backward 200 ns),
+// recompute only, no margin, as joint_length_test.cc.
+
+#include "engine/plan/longer_batches.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+
+#include "engine/plan/joint_length.h"
+#include "engine/plan/joint_plan.h"
+#include "engine/plan/joint_problem_testing.h"
+#include "engine/plan/joint_race.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace offload {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Each;
+
+constexpr int kChecks = 2;
+// A length no plan is made for (PlanForLength refuses it).
+constexpr double kInfinite = std::numeric_limits<double>::infinity();
+
+JointRace Started(int64_t budget, int64_t outside) {
+  JointRaceOptions options;
+  options.margin = 0;
+  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, outside,
+                 /*allow_offload=*/false, /*allow_recompute=*/true, {0, 1, 2, 3},
+                 options);
+  EXPECT_OK(race.Start());
+  return race;
+}
+
+TEST(LongerBatchesTest, InTheRaceALongerBatchRunsThePlanForTheLongestSeen) {
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForOneForward(1.0));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> one, longer.ForOneForward(1.5));
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->ratio, 1.5);
+  EXPECT_THAT(one->length.plan.choice, Contains(UnitChoice::kRecompute));
+  // The same longest: the same plan, not made again.
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> again, longer.ForOneForward(1.5));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->id, one->id);
+  // A batch of 2.0 was seen: a shorter one runs the plan for 2.0, which
+  // fits it too.
+  longer.RaceSaw(2.0);
+  EXPECT_EQ(longer.seen(), 2.0);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> shorter, longer.ForOneForward(1.2));
+  ASSERT_TRUE(shorter.has_value());
+  EXPECT_EQ(shorter->ratio, 2.0);
+  EXPECT_NE(shorter->id, one->id);
+  ASSERT_OK_AND_ASSIGN(LengthPlan at_two, PlanForLength(race, 2.0));
+  EXPECT_EQ(shorter->length.plan.choice, at_two.plan.choice);
+  // Nothing is checked in the race.
+  EXPECT_EQ(longer.checked(), 0);
+}
+
+TEST(LongerBatchesTest, InTheRaceAPlanThatCannotBeMadeIsSaidOnce) {
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  longer.RaceSaw(kInfinite);
+  EXPECT_FALSE(longer.ForOneForward(1.5).ok());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForOneForward(1.5));
+  EXPECT_FALSE(none.has_value());
+}
+
+TEST(LongerBatchesTest, AfterTheWarmUpOnlyTheLongestYetGetsAPlanAndItIsChecked) {
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.WarmUpEnded());
+  EXPECT_FALSE(none.has_value());  // the race saw no longer batch
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(longer.checked(), plan->id);
+  ASSERT_OK_AND_ASSIGN(none, longer.Longest(1.5));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK_AND_ASSIGN(none, longer.Longest(1.2));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_TRUE(longer.CheckBegins(plan->id));
+  // Another plan in force: the check ends, and does not come back.
+  EXPECT_FALSE(longer.CheckBegins(0));
+  EXPECT_FALSE(longer.CheckBegins(plan->id));
+  EXPECT_EQ(longer.checked(), 0);
+}
+
+TEST(LongerBatchesTest, TheWarmUpsEndPlansForTheLongestBatchTheRaceSaw) {
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  longer.RaceSaw(1.5);
+  longer.RaceSaw(1.2);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.WarmUpEnded());
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->ratio, 1.5);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.Longest(1.4));
+  EXPECT_FALSE(none.has_value());
+}
+
+TEST(LongerBatchesTest, APlanThatCannotBeMadeLeavesTheLengthPlannedFor) {
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  EXPECT_FALSE(longer.Longest(kInfinite).ok());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.Longest(2.0));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_EQ(longer.checked(), 0);
+}
+
+TEST(LongerBatchesTest, ACheckedPlanThatHoldsIsCheckedItsNumberOfSteps) {
+  // At 1.2 every unit kept peaks at 1440 of the units' budget (360 beside).
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.2));
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_THAT(plan->length.plan.choice, Each(UnitChoice::kKeep));
+  for (int step = 0; step < kChecks; ++step) {
+    ASSERT_TRUE(longer.CheckBegins(plan->id));
+    ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep held, longer.StepChecked(plan->id, 1800));
+    EXPECT_FALSE(held.plan.has_value());
+  }
+  EXPECT_EQ(longer.checked(), 0);
+  EXPECT_FALSE(longer.CheckBegins(plan->id));
+  EXPECT_EQ(longer.StepChecked(plan->id, 1800).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(race.length_exponent(), 1.0);
+}
+
+TEST(LongerBatchesTest, ACheckedStepOverTheBudgetMakesThePlanAnewCheckedInTurn) {
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.2));
+  ASSERT_TRUE(plan.has_value());
+  ASSERT_TRUE(longer.CheckBegins(plan->id));
+  // A step of another plan is not this check's: nothing changes.
+  EXPECT_EQ(longer.StepChecked(plan->id + 7, 5000).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(longer.checked(), plan->id);
+  EXPECT_EQ(race.length_exponent(), 1.0);
+  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over, longer.StepChecked(plan->id, 1810));
+  ASSERT_TRUE(over.plan.has_value());
+  EXPECT_FALSE(over.same);
+  EXPECT_GT(race.length_exponent(), 1.0);
+  EXPECT_EQ(over.plan->ratio, 1.2);
+  EXPECT_THAT(over.plan->length.plan.choice, Contains(UnitChoice::kRecompute));
+  EXPECT_EQ(longer.checked(), over.plan->id);
+  ASSERT_NE(longer.Find(over.plan->id), nullptr);
+  EXPECT_EQ(longer.Find(over.plan->id)->length.plan.choice, over.plan->length.plan.choice);
+  // The checked plan is no longer in force at the next step.
+  EXPECT_FALSE(longer.CheckBegins(plan->id));
+}
+
+TEST(LongerBatchesTest, TheSmallestPlanMeasuredOverComesBackWithItsFiguresAndTheChecksEnd) {
+  // At 4.0 no plan fits the budget: the plan is the smallest.
+  JointRace race = Started(1500, 100);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> smallest, longer.Longest(4.0));
+  ASSERT_TRUE(smallest.has_value());
+  ASSERT_GT(smallest->length.needs_budget, 1500);
+  ASSERT_TRUE(longer.CheckBegins(smallest->id));
+  const int64_t measured = smallest->length.needs_budget + 1000;
+  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over,
+                       longer.StepChecked(smallest->id, measured));
+  ASSERT_TRUE(over.plan.has_value());
+  EXPECT_TRUE(over.same);
+  EXPECT_EQ(over.plan->length.plan.choice, smallest->length.plan.choice);
+  EXPECT_NEAR(over.plan->length.needs_budget, measured, 4);
+  EXPECT_EQ(longer.checked(), 0);
+}
+
+TEST(LongerBatchesTest, AStepOutOfMemoryGivesWayToAPlanPredictedLowerThenToTheLastThatRan) {
+  // 300 beside the units: each plan for 1.5 that fails gives way to one
+  // predicted an eighth lower, until the smallest; when it fails, the plan
+  // before it, whose step ran since the length's first failure, runs again.
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
+  ASSERT_TRUE(plan.has_value());
+  // The first failure at 1.5 does not take a plan that ran before it.
+  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(plan->id, plan->id));
+  EXPECT_TRUE(way.first_at_length);
+  ASSERT_TRUE(way.plan.has_value());
+  EXPECT_LT(way.plan->length.plan.peak_bytes, plan->length.plan.peak_bytes);
+  EXPECT_EQ(longer.checked(), way.plan->id);
+  LongerPlan previous = *plan;
+  LongerPlan failing = *way.plan;
+  for (int i = 0; i < 10 && way.plan.has_value(); ++i) {
+    ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, previous.id));
+    EXPECT_FALSE(way.first_at_length);
+    if (way.plan.has_value()) {
+      EXPECT_LT(way.plan->length.plan.peak_bytes, failing.length.plan.peak_bytes);
+      previous = failing;
+      failing = *way.plan;
+    }
+  }
+  ASSERT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, previous.id);
+  // Held by the failed plan itself, or by none: it runs on.
+  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, failing.id));
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, 0));
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);  // none is below it
+  // The plan before it fails again: the one predicted below it is the one
+  // that failed last, and is not given again.
+  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(previous.id, 0));
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  EXPECT_OK(way.why);
+}
+
+TEST(LongerBatchesTest, AtALengthsFirstFailureAPlanThatRanBeforeItDoesNotRunAgain) {
+  // At 1.2 every unit kept fits; a step of it measured far over makes the
+  // smallest plan for 1.2, which runs out of memory at once. The kept plan
+  // ran a whole step before that first failure, on more memory than the
+  // device holds now: it is not run again, and the smallest runs on.
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> kept, longer.Longest(1.2));
+  ASSERT_TRUE(kept.has_value());
+  ASSERT_TRUE(longer.CheckBegins(kept->id));
+  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over, longer.StepChecked(kept->id, 20000));
+  ASSERT_TRUE(over.plan.has_value());
+  ASSERT_FALSE(over.same);
+  ASSERT_GT(over.plan->length.needs_budget, 0);  // the smallest
+  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way,
+                       longer.OutOfMemory(over.plan->id, kept->id));
+  EXPECT_TRUE(way.first_at_length);
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);
+  // At its second failure the kept plan, had a step of it run since, runs.
+  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(over.plan->id, kept->id));
+  EXPECT_FALSE(way.first_at_length);
+  EXPECT_EQ(way.again, kept->id);
+}
+
+TEST(LongerBatchesTest, TheSmallestPlanOutOfMemoryRunsOnWithWhy) {
+  JointRace race = Started(1500, 100);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> smallest, longer.Longest(4.0));
+  ASSERT_TRUE(smallest.has_value());
+  const int64_t units_budget = race.units_budget();
+  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(smallest->id, 0));
+  EXPECT_TRUE(way.first_at_length);
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(race.units_budget(), units_budget);
+}
+
+TEST(LongerBatchesTest, AnUnknownPlanOutOfMemoryIsRefusedAndChangesNothing) {
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  EXPECT_EQ(longer.OutOfMemory(3, 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
+  ASSERT_TRUE(plan.has_value());
+  const int64_t units_budget = race.units_budget();
+  EXPECT_EQ(longer.OutOfMemory(plan->id + 1, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(race.units_budget(), units_budget);
+  // 1.5's first failure is still to come.
+  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(plan->id, 0));
+  EXPECT_TRUE(way.first_at_length);
+}
+
+TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
+  JointPlan a;
+  a.choice = {UnitChoice::kOffload, UnitChoice::kKeep};
+  a.released_during = {1, -1};
+  a.reloaded_during = {1, -1};
+  JointPlan b = a;
+  b.peak_bytes = 7;  // figures do not count
+  EXPECT_TRUE(SameSchedule(a, b));
+  b.reloaded_during = {0, -1};
+  EXPECT_FALSE(SameSchedule(a, b));
+  b = a;
+  b.choice[1] = UnitChoice::kRecompute;
+  EXPECT_FALSE(SameSchedule(a, b));
+}
+
+}  // namespace
+}  // namespace offload
