@@ -1,6 +1,7 @@
 #include "engine/plan/longer_batches.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -46,6 +47,35 @@ StatusOr<std::optional<LongerPlan>> LongerBatches::ForOneForward(double ratio) {
   const LongerPlan& plan = Keep(longest, std::move(length));
   race_plan_->second = plan.id;
   return std::optional(plan);
+}
+
+StatusOr<bool> LongerBatches::RaceStepMeasured(double ratio, int id,
+                                               int64_t measured_peak_bytes) {
+  const LongerPlan* ran = id == 0 ? nullptr : Find(id);
+  if (id != 0 && ran == nullptr) {
+    return InvalidArgumentError("a step in the race ran plan " + std::to_string(id) +
+                                ", and no plan for longer batches has that number");
+  }
+  if (!(ratio > 1.0)) return false;
+  int64_t predicted = 0;
+  int64_t needs_budget = 0;
+  if (ran != nullptr) {
+    predicted = ran->length.plan.peak_bytes;
+    needs_budget = ran->length.needs_budget;
+  } else {  // the race's own plan, at this length
+    OFFLOAD_ASSIGN_OR_RETURN(LengthPlan at_length, PlanForLength(race_, ratio));
+    at_length.problem.budget = std::numeric_limits<int64_t>::max() / 4;
+    OFFLOAD_ASSIGN_OR_RETURN(JointPlan own,
+                             EvaluateJoint(at_length.problem, race_.plan().choice));
+    predicted = own.peak_bytes;
+  }
+  const double exponent = race_.length_exponent();
+  const StatusOr<std::optional<LengthPlan>> made =
+      PlanForLengthMeasured(race_, ratio, predicted, needs_budget, measured_peak_bytes);
+  const bool raised = race_.length_exponent() != exponent;
+  if (raised) race_plan_.reset();  // made anew with the growth
+  if (!made.ok()) return made.status();
+  return raised;
 }
 
 void LongerBatches::RaceSaw(double ratio) { seen_ = std::max(seen_, ratio); }

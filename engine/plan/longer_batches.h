@@ -60,6 +60,24 @@ class LongerBatches {
   // Errors: PlanForLength's, once per longest (no plan after it).
   StatusOr<std::optional<LongerPlan>> ForOneForward(double ratio);
 
+  // In the race, a step on a batch `ratio` times the profiled one's size
+  // ran plan `id` (ForOneForward's), or the race's own plan where id is 0,
+  // and peaked at `measured_peak_bytes` above its forward's start. Over the
+  // budget (the plan's needs_budget where larger) beyond the tolerance, the
+  // units' bytes grew faster than the model took them to: the growth is
+  // fitted as for a checked step (PlanForLengthMeasured raises the race's
+  // length_exponent()), and the plans for longer batches made from then on,
+  // the race's own for its longest and the warm-up's end's, grow so.
+  // Returns whether the growth was raised; false where ratio <= 1.
+  // Errors: kInvalidArgument where `id` is neither 0 nor a plan made here
+  //   (nothing changes); PlanForLength's and PlanForLengthMeasured's (the
+  //   growth may have been raised all the same).
+  // Why: a batch of a new length after the warm-up ran a plan made with
+  // the bytes growing as the tokens, and its first step was over the budget
+  // on eager attention (GPU run 141: 569 MB for 479 MB), though the race may
+  // have run batches that long and shown how the bytes grow.
+  StatusOr<bool> RaceStepMeasured(double ratio, int id, int64_t measured_peak_bytes);
+
   // In the race, the first unit confirmed a batch `ratio` times the
   // profiled one's size: the warm-up's end plans for the longest.
   void RaceSaw(double ratio);

@@ -5,6 +5,7 @@
 
 #include "engine/plan/longer_batches.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -72,6 +73,54 @@ TEST(LongerBatchesTest, InTheRaceAPlanThatCannotBeMadeIsSaidOnce) {
   EXPECT_FALSE(longer.ForOneForward(1.5).ok());
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForOneForward(1.5));
   EXPECT_FALSE(none.has_value());
+}
+
+TEST(LongerBatchesTest, ARaceStepOfTheRacesOwnPlanOnALongerBatchOverTheBudgetFitsTheGrowth) {
+  // The race keeps every unit; at 1.2 that peaks at 1440 in the units and
+  // 1800 with the 360 beside them: the budget. Measured so, the growth
+  // stays; measured at 2000, the bytes grew faster than the batch, and the
+  // plans made from then on grow so: the warm-up's end's for 1.2 re-runs.
+  JointRace race = Started(1800, 300);
+  ASSERT_THAT(race.plan().choice, Each(UnitChoice::kKeep));
+  LongerBatches longer(race, kChecks);
+  longer.RaceSaw(1.2);
+  ASSERT_OK_AND_ASSIGN(bool raised, longer.RaceStepMeasured(1.2, 0, 1800));
+  EXPECT_FALSE(raised);
+  EXPECT_EQ(race.length_exponent(), 1.0);
+  ASSERT_OK_AND_ASSIGN(raised, longer.RaceStepMeasured(0.9, 0, 5000));  // shorter
+  EXPECT_FALSE(raised);
+  EXPECT_EQ(race.length_exponent(), 1.0);
+  ASSERT_OK_AND_ASSIGN(raised, longer.RaceStepMeasured(1.2, 0, 2000));
+  EXPECT_TRUE(raised);
+  const double grown = (2000.0 - 360) / 1440 * 1.2;  // the units at 1.2, over theirs at 1.0
+  EXPECT_NEAR(race.length_exponent(), std::log(grown) / std::log(1.2), 1e-9);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.WarmUpEnded());
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->length.problem.units[0].saved_bytes,
+            std::llround(300 * std::pow(1.2, race.length_exponent())));
+  EXPECT_THAT(plan->length.plan.choice, Contains(UnitChoice::kRecompute));
+  EXPECT_LE(plan->length.plan.peak_bytes, 1440);
+}
+
+TEST(LongerBatchesTest, ARaceStepOfThePlanForItsLongestOverTheBudgetMakesThatPlanAnew) {
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> one, longer.ForOneForward(1.5));
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(longer.RaceStepMeasured(1.5, one->id + 1, 5000).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(race.length_exponent(), 1.0);
+  ASSERT_OK_AND_ASSIGN(bool raised, longer.RaceStepMeasured(1.5, one->id, 1800));
+  EXPECT_FALSE(raised);  // within the budget
+  ASSERT_OK_AND_ASSIGN(raised, longer.RaceStepMeasured(1.5, one->id, 2200));
+  EXPECT_TRUE(raised);
+  EXPECT_GT(race.length_exponent(), 1.0);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> anew, longer.ForOneForward(1.5));
+  ASSERT_TRUE(anew.has_value());
+  EXPECT_NE(anew->id, one->id);
+  EXPECT_EQ(anew->length.problem.units[0].saved_bytes,
+            std::llround(300 * std::pow(1.5, race.length_exponent())));
+  EXPECT_LT(anew->length.plan.peak_bytes + 450, 2200);
 }
 
 TEST(LongerBatchesTest, AfterTheWarmUpOnlyTheLongestYetGetsAPlanAndItIsChecked) {

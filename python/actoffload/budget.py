@@ -272,8 +272,10 @@ class JointBudget(budget_race.RaceView):
             self._start_race()
         elif record.get("for_one") or (other_shape and self._other_shapes < WARMUP_ITERATIONS):
             # A plan made for this batch alone ran (budget_lengths.Interim), or the
-            # race's on another length: the race waits for a like batch.
+            # race's on another length: the race waits for a like batch. A
+            # longer batch's peak shows how the bytes grow with it.
             self._other_shapes += 1
+            self.lengths.race_step_ended(record)
         elif self.plan is not None:
             if record["choice"] != self._race.plan["choice"]:
                 # A forward of a plan the race has left since: several

@@ -173,6 +173,27 @@ class LongerBatches:
         else:
             self._plan(ratio)
 
+    def race_step_ended(self, record):
+        """In the race, a step whose batch had another length than the
+        profiled one ended (`record`, budget_record's): a longer batch's
+        peak against the budget (LongerBatches::RaceStepMeasured). Over it,
+        the engine fits how the bytes grow with the batch, and the plans for
+        longer batches made from then on (this race's, the warm-up's end's)
+        grow so."""
+        profiled = self._profiled()
+        if profiled is None or not record["input"][0] or record.get("peak") is None:
+            return
+        ratio = record["input"][0] / profiled
+        plan = record.get("length_id", 0)  # the plan made for it (Interim), or the race's own
+        if not plan and record["choice"] != self.budget._race.plan["choice"]:
+            return  # a plan the race has left since ran
+        try:
+            self._engine.race_step_measured(ratio, plan, record["peak"])
+        except (RuntimeError, ValueError) as error:  # the engine's Status
+            warnings.warn(f"actoffload: a step on a batch {ratio:.2f} times the profiled "
+                          f"one's size in the warm-up peaked at {record['peak']} bytes, and "
+                          f"the engine could not fit its growth ({error})", stacklevel=2)
+
     def warm_up_ended(self):
         """After the warm-up: plans for the longest batch the race saw."""
         if self._profiled() is not None:
@@ -361,6 +382,7 @@ class Interim:
         b = self.budget
         self._saved = (b.plan, b.owner.offloader)
         b._record["for_one"] = True
+        b._record["length_id"] = plan["length_id"]
         b.plan = plan
         key = plan_key(plan, b._index)
         if self._loop is None or self._loop[0] != key:

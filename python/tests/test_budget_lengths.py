@@ -563,6 +563,42 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     assert resets == [0, 1, 3, 4, 5, 8, 9], resets
 
 
+def test_in_the_race_a_longer_batch_over_the_budget_shows_how_the_bytes_grow():
+    # On a device where a plan's bytes grow as the square of the batch's
+    # length (eager attention's scores), every third batch of the race has
+    # 40 tokens. Its step runs the race's plan (torch < 2.8) or one made for
+    # it (torch >= 2.8) and peaks over the budget: the engine fits the
+    # growth then (LongerBatches::RaceStepMeasured), so the plan the
+    # warm-up's end makes for 40 grows so, and the first step of 40 after
+    # the warm-up is within the budget, unwarned (GPU run 141: 569 MB for a
+    # budget of 479), as is the first of 48. Every step bit-identical.
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    probe.__class__ = _Quadratic
+    joint = ctx.joint_budget
+    seed = iter(range(10 ** 6))
+
+    def step(length):
+        x = _batch(length, next(seed))
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        return probe.peak()
+
+    longer = 0
+    while joint._race is None:
+        step(32)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        while joint.measuring:
+            step(32)
+            if joint.measuring and joint._race_iteration % 3 == 0:
+                step(40)
+                longer += 1
+        assert longer >= 2
+        assert joint._race.length_exponent == pytest.approx(2, abs=0.05)
+        for length in (40, 32, 40, 48):
+            assert step(length) <= joint.budget_bytes, length
+    assert joint.plan["for_ratio"] == 1.5
+
+
 def test_after_the_warm_up_the_smallest_plan_for_longer_batches_measured_over_names_the_budget_it_needs():
     # Batches of 160 tokens need more than the budget: their plan is the
     # smallest, warned about with the least budget. On a device where bytes

@@ -204,6 +204,15 @@ void BindLongerBatches(py::module& m) {
            "ForOneForward: in the race, the plan (or None) for this forward's "
            "batch, `ratio` times the profiled one's size",
            py::arg("ratio"))
+      .def("race_step_measured",
+           [](offload::LongerBatches& l, double ratio, int id,
+              int64_t measured_peak_bytes) {
+             return ValueOrThrow(l.RaceStepMeasured(ratio, id, measured_peak_bytes));
+           },
+           "RaceStepMeasured: a race step on a batch `ratio` times the "
+           "profiled one's ran plan `id` (0: the race's own) and peaked at "
+           "`measured_peak_bytes`; whether the bytes' growth was raised",
+           py::arg("ratio"), py::arg("id"), py::arg("measured_peak_bytes"))
       .def("race_saw", &offload::LongerBatches::RaceSaw, py::arg("ratio"))
       .def_property_readonly("seen", &offload::LongerBatches::seen)
       .def_property_readonly("longest", &offload::LongerBatches::longest)
