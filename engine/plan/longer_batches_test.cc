@@ -10,6 +10,8 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "engine/plan/joint_length.h"
 #include "engine/plan/joint_plan.h"
@@ -17,6 +19,7 @@
 #include "engine/plan/joint_race.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rapidcheck/gtest.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -335,6 +338,107 @@ TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
   b = a;
   b.choice[1] = UnitChoice::kRecompute;
   EXPECT_FALSE(SameSchedule(a, b));
+}
+
+// Any sequence of calls on a random race: a plan comes after the warm-up
+// only for the longest batch yet; every plan made validates and, where it
+// names no larger budget, fits the one it was made for; a plan that ran out
+// of memory at its length is never given again there; the growth never
+// falls; what is checked is a plan made here or none; a check of a plan not
+// checked is refused and changes nothing.
+RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
+  const int n = *rc::gen::inRange(2, 6);
+  const auto units = *rc::gen::container<std::vector<UnitCost>>(n, GenUnitCost(1000));
+  int64_t total = 0;
+  for (const UnitCost& u : units) total += u.saved_bytes;
+  const int64_t outside = *rc::gen::inRange<int64_t>(0, total / 4 + 1);
+  const int64_t budget = *rc::gen::inRange<int64_t>(total / 2 + 1, 2 * total + 2) + outside;
+  std::vector<int> index(n);
+  for (int i = 0; i < n; ++i) index[i] = i;
+  JointRaceOptions options;
+  options.margin = 0;
+  JointRace race(units, 1.0, 1.0, budget, outside, *rc::gen::arbitrary<bool>(),
+                 /*allow_recompute=*/true, index, options);
+  RC_ASSERT(race.Start().ok());
+  LongerBatches longer(race, kChecks);
+  std::vector<LongerPlan> made;
+  std::vector<std::pair<double, JointPlan>> failed;
+  double longest = 1.0;
+  int given = 0;  // the plan OutOfMemory gave last
+  auto check_made = [&](const LongerPlan& plan) {
+    RC_ASSERT(ValidateJointPlan(plan.length.plan, plan.length.problem).ok());
+    if (plan.length.needs_budget == 0) {
+      RC_ASSERT(plan.length.plan.peak_bytes <= plan.length.problem.budget);
+    }
+    made.push_back(plan);
+  };
+  auto any_made = [&]() {
+    return made.empty() ? 0 : made[*rc::gen::inRange<size_t>(0, made.size())].id;
+  };
+  const std::vector<double> ratios = {0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0};
+  for (int step = 0; step < 24; ++step) {
+    const double exponent = race.length_exponent();
+    const double ratio = *rc::gen::elementOf(ratios);
+    switch (*rc::gen::inRange(0, 5)) {
+      case 0: {
+        StatusOr<std::optional<LongerPlan>> plan = longer.Longest(ratio);
+        const bool longer_yet = ratio > longest;
+        longest = std::max(longest, ratio);
+        if (!plan.ok() || !plan->has_value()) {
+          RC_ASSERT(!longer_yet || !plan.ok());
+          break;
+        }
+        RC_ASSERT(longer_yet);
+        RC_ASSERT(longer.checked() == (*plan)->id);
+        check_made(**plan);
+        break;
+      }
+      case 1: {
+        const int before = longer.checked();
+        const int in_force = *rc::gen::element(0, before, any_made());
+        const bool checking = longer.CheckBegins(in_force);
+        RC_ASSERT(checking == (before != 0 && in_force == before));
+        RC_ASSERT(longer.checked() == (checking ? before : 0));
+        break;
+      }
+      case 2: {
+        const int checked = longer.checked();
+        const int64_t peak = *rc::gen::inRange<int64_t>(0, 4 * budget);
+        if (checked == 0 || *rc::gen::arbitrary<bool>()) {
+          const int other = checked + 1 + *rc::gen::inRange(0, 3);
+          RC_ASSERT(longer.StepChecked(other, peak).status().code() ==
+                    StatusCode::kFailedPrecondition);
+          RC_ASSERT(longer.checked() == checked);
+          break;
+        }
+        StatusOr<LongerBatches::CheckedStep> next = longer.StepChecked(checked, peak);
+        if (next.ok() && next->plan.has_value()) check_made(*next->plan);
+        break;
+      }
+      case 3: {  // the plan given last, or any
+        const int id = given != 0 && *rc::gen::arbitrary<bool>() ? given : any_made();
+        if (id == 0) break;
+        const LongerPlan lost = *longer.Find(id);
+        failed.emplace_back(lost.ratio, lost.length.plan);
+        StatusOr<LongerBatches::GivingWay> way = longer.OutOfMemory(id, any_made());
+        RC_ASSERT(way.ok());
+        given = way->plan.has_value() ? way->plan->id : 0;
+        if (!way->plan.has_value()) break;
+        for (const auto& [at, plan] : failed) {
+          RC_ASSERT(!(at == way->plan->ratio && SameSchedule(plan, way->plan->length.plan)));
+        }
+        check_made(*way->plan);
+        break;
+      }
+      case 4:
+        (void)longer.RaceStepMeasured(ratio, *rc::gen::element(0, any_made()),
+                                      *rc::gen::inRange<int64_t>(0, 4 * budget));
+        break;
+    }
+    RC_ASSERT(race.length_exponent() >= exponent);
+    const int checked = longer.checked();
+    RC_ASSERT(checked == 0 || longer.Find(checked) != nullptr);
+  }
 }
 
 }  // namespace
