@@ -13,8 +13,10 @@
 //     of that length ran, else it runs on.
 // The caller (the PyTorch package's budget_lengths.py) sees the batches,
 // reads the peaks, applies the plans and warns; each plan made here carries
-// a number the caller hands back to name it. Pure, as the race is: no
-// backend, no clock, nothing but the race it plans with.
+// a number the caller hands back to name it; each is kept, so that any
+// number handed back names it (a few per length a run meets: lengths only
+// grow). Pure, as the race is: no backend, no clock, nothing but the race
+// it plans with.
 
 #ifndef OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
 #define OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_

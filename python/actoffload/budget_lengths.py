@@ -181,8 +181,8 @@ class LongerBatches:
         longer batches made from then on (this race's, the warm-up's end's)
         grow so."""
         profiled = self._profiled()
-        if profiled is None or not record["input"][0] or record.get("peak") is None:
-            return
+        if not profiled or not record["input"][0] or record.get("peak") is None:
+            return  # (a first unit called without a tensor is not compared)
         ratio = record["input"][0] / profiled
         plan = record.get("length_id", 0)  # the plan made for it (Interim), or the race's own
         if not plan and record["choice"] != self.budget._race.plan["choice"]:
