@@ -1,6 +1,7 @@
 #include "engine/plan/longer_batches.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
@@ -57,6 +58,9 @@ StatusOr<bool> LongerBatches::RaceStepMeasured(double ratio, int id,
                                 ", and no plan for longer batches has that number");
   }
   if (!(ratio > 1.0)) return false;
+  if (ran != nullptr && std::abs(ran->ratio - ratio) > 1e-6 * ratio) {
+    return false;  // a batch shorter than the plan's: not its length
+  }
   int64_t predicted = 0;
   int64_t needs_budget = 0;
   if (ran != nullptr) {

@@ -70,7 +70,9 @@ class LongerBatches {
   // fitted as for a checked step (PlanForLengthMeasured raises the race's
   // length_exponent()), and the plans for longer batches made from then on,
   // the race's own for its longest and the warm-up's end's, grow so.
-  // Returns whether the growth was raised; false where ratio <= 1.
+  // Returns whether the growth was raised; false where ratio <= 1, or
+  // where plan `id` was made for another length (a batch shorter than the
+  // longest the race had seen: its figures are not that length's).
   // Errors: kInvalidArgument where `id` is neither 0 nor a plan made here
   //   (nothing changes); PlanForLength's and PlanForLengthMeasured's (the
   //   growth may have been raised all the same).

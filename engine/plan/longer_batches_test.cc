@@ -115,6 +115,11 @@ TEST(LongerBatchesTest, ARaceStepOfThePlanForItsLongestOverTheBudgetMakesThatPla
   EXPECT_EQ(race.length_exponent(), 1.0);
   ASSERT_OK_AND_ASSIGN(bool raised, longer.RaceStepMeasured(1.5, one->id, 1800));
   EXPECT_FALSE(raised);  // within the budget
+  // A batch of 1.2 ran the plan made for 1.5: its step is not that
+  // length's, and shows nothing.
+  ASSERT_OK_AND_ASSIGN(raised, longer.RaceStepMeasured(1.2, one->id, 5000));
+  EXPECT_FALSE(raised);
+  EXPECT_EQ(race.length_exponent(), 1.0);
   ASSERT_OK_AND_ASSIGN(raised, longer.RaceStepMeasured(1.5, one->id, 2200));
   EXPECT_TRUE(raised);
   EXPECT_GT(race.length_exponent(), 1.0);
