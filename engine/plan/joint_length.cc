@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -47,12 +48,12 @@ Status CheckRatio(double ratio) {
   return OkStatus();
 }
 
-// PlanForLength within the units' budget `units_budget` (the race's, or
-// one lowered below it).
-StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
-                                int64_t units_budget) {
-  LengthPlan out;
-  JointProblem& p = out.problem;
+// The race's problem at a batch `ratio` times the profiled one's size,
+// within the units' budget `units_budget` (the race's, or one lowered below
+// it) less what the bytes beside the units grow by.
+JointProblem ScaledProblem(const JointRace& race, double ratio,
+                           int64_t units_budget) {
+  JointProblem p;
   const double bytes_ratio = std::pow(ratio, race.length_exponent());
   for (const UnitCost& u : race.units()) {
     p.units.push_back(ScaledUnit(u, bytes_ratio, ratio));
@@ -63,6 +64,16 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
   p.allow_recompute = race.allow_recompute();
   const int64_t outside = Scaled(race.outside(), ratio);  // beside the units
   p.budget = units_budget - (outside - race.outside());
+  return p;
+}
+
+// PlanForLength within the units' budget `units_budget`.
+StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
+                                int64_t units_budget) {
+  LengthPlan out;
+  JointProblem& p = out.problem;
+  p = ScaledProblem(race, ratio, units_budget);
+  const int64_t outside = Scaled(race.outside(), ratio);
   if (p.budget > 0) {
     if (StatusOr<JointPlan> same = EvaluateJoint(p, race.plan().choice);
         same.ok()) {
@@ -92,6 +103,15 @@ StatusOr<LengthPlan> PlanWithin(const JointRace& race, double ratio,
 }
 
 }  // namespace
+
+StatusOr<int64_t> PeakAtLength(const JointRace& race, double ratio,
+                               const std::vector<UnitChoice>& choice) {
+  OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));
+  JointProblem p = ScaledProblem(race, ratio, race.units_budget());
+  p.budget = std::numeric_limits<int64_t>::max() / 4;  // its peak, whatever it is
+  OFFLOAD_ASSIGN_OR_RETURN(JointPlan plan, EvaluateJoint(p, choice));
+  return plan.peak_bytes;
+}
 
 StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));

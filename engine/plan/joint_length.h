@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_race.h"
@@ -48,6 +49,16 @@ struct LengthPlan {
 //   bound the planner tries).
 // REQUIRES: race.Start() succeeded.
 StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio);
+
+// The peak the units reach with `choice` at a batch `ratio` times the
+// profiled one's size, as the race's model predicts it with the bytes'
+// growth it knows (whatever the budget: an offloaded unit released where
+// none needs its room).
+// Errors: kInvalidArgument where ratio < 1 or not finite, or `choice` does
+//   not match the race's units (EvaluateJoint's).
+// REQUIRES: race.Start() succeeded.
+StatusOr<int64_t> PeakAtLength(const JointRace& race, double ratio,
+                               const std::vector<UnitChoice>& choice);
 
 // After the warm-up, a step of the plan PlanForLength made for `ratio`,
 // predicted to peak at `failed_peak_bytes` (its plan.peak_bytes), ran out

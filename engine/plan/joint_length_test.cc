@@ -251,6 +251,17 @@ TEST(JointLengthTest, TheSmallestPlanForALongerBatchMeasuredOverComesBackNeeding
             StatusCode::kInvalidArgument);
 }
 
+TEST(JointLengthTest, AChoicesPeakAtALengthIsItsScaledUnitsPeakWhateverTheBudget) {
+  // Every unit kept peaks at 1440 at 1.2 (the test above); at 2.0, 2400,
+  // over the units' budget, and said all the same.
+  JointRace race = Started(1800, 300);
+  EXPECT_THAT(PeakAtLength(race, 1.2, race.plan().choice), IsOkAndHolds(1440));
+  EXPECT_THAT(PeakAtLength(race, 2.0, race.plan().choice), IsOkAndHolds(2400));
+  EXPECT_EQ(PeakAtLength(race, 0.5, race.plan().choice).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(PeakAtLength(race, 1.2, {UnitChoice::kKeep}).ok());  // not its units
+}
+
 TEST(JointLengthTest, ARatioBelowOneIsRefused) {
   JointRace race = Started(1500, 0);
   EXPECT_EQ(PlanForLength(race, 0.5).status().code(),

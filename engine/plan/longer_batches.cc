@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <utility>
 
@@ -67,11 +66,7 @@ StatusOr<bool> LongerBatches::RaceStepMeasured(double ratio, int id,
     predicted = ran->length.plan.peak_bytes;
     needs_budget = ran->length.needs_budget;
   } else {  // the race's own plan, at this length
-    OFFLOAD_ASSIGN_OR_RETURN(LengthPlan at_length, PlanForLength(race_, ratio));
-    at_length.problem.budget = std::numeric_limits<int64_t>::max() / 4;
-    OFFLOAD_ASSIGN_OR_RETURN(JointPlan own,
-                             EvaluateJoint(at_length.problem, race_.plan().choice));
-    predicted = own.peak_bytes;
+    OFFLOAD_ASSIGN_OR_RETURN(predicted, PeakAtLength(race_, ratio, race_.plan().choice));
   }
   const double exponent = race_.length_exponent();
   const StatusOr<std::optional<LengthPlan>> made =

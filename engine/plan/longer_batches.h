@@ -74,7 +74,7 @@ class LongerBatches {
   // where plan `id` was made for another length (a batch shorter than the
   // longest the race had seen: its figures are not that length's).
   // Errors: kInvalidArgument where `id` is neither 0 nor a plan made here
-  //   (nothing changes); PlanForLength's and PlanForLengthMeasured's (the
+  //   (nothing changes); PeakAtLength's and PlanForLengthMeasured's (the
   //   growth may have been raised all the same).
   // Why: a batch of a new length after the warm-up ran a plan made with
   // the bytes growing as the tokens, and its first step was over the budget
