@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -31,8 +32,14 @@ const LongerPlan* LongerBatches::Find(int id) const {
 }
 
 void LongerBatches::Arm(int id) {
-  check_id_ = checked_steps_ > 0 ? id : 0;
-  checks_left_ = checked_steps_;
+  if (checked_steps_ > 0) checks_[id] = checked_steps_;
+}
+
+void LongerBatches::TakeRung(const LongerPlan& plan) {
+  const auto rung = rungs_.find(plan.ratio);
+  if (rung == rungs_.end()) return;  // (a plan of the race's, not a rung's)
+  if (rung->second != plan.id) checks_.erase(rung->second);
+  rung->second = plan.id;
 }
 
 StatusOr<std::optional<LongerPlan>> LongerBatches::ForOneForward(double ratio) {
@@ -84,43 +91,57 @@ StatusOr<std::optional<LongerPlan>> LongerBatches::Longest(double ratio) {
   longest_ = ratio;
   OFFLOAD_ASSIGN_OR_RETURN(LengthPlan length, PlanForLength(race_, ratio));
   const LongerPlan& plan = Keep(ratio, std::move(length));
+  rungs_[ratio] = plan.id;
   Arm(plan.id);
   return std::optional(plan);
 }
 
-bool LongerBatches::CheckBegins(int in_force) {
-  if (check_id_ != 0 && check_id_ != in_force) check_id_ = 0;
-  return check_id_ != 0;
+StatusOr<std::optional<LongerPlan>> LongerBatches::ForBatch(double ratio) {
+  OFFLOAD_ASSIGN_OR_RETURN(std::optional<LongerPlan> made, Longest(ratio));
+  if (made.has_value() || !(ratio > 1.0) || rungs_.empty()) return made;
+  // The shortest rung at or above it (a ratio read from sizes a rounding off).
+  auto rung = rungs_.lower_bound(ratio * (1 - 1e-9));
+  if (rung == rungs_.end()) rung = std::prev(rung);
+  return std::optional(plans_.at(rung->second));
+}
+
+std::optional<LongerPlan> LongerBatches::ForEveryBatch() const {
+  if (rungs_.empty()) return std::nullopt;
+  return plans_.at(rungs_.rbegin()->second);
+}
+
+std::vector<LongerPlan> LongerBatches::Rungs() const {
+  std::vector<LongerPlan> out;
+  for (const auto& [ratio, id] : rungs_) out.push_back(plans_.at(id));
+  return out;
 }
 
 StatusOr<LongerBatches::CheckedStep> LongerBatches::StepChecked(
     int id, int64_t measured_peak_bytes) {
-  if (id == 0 || id != check_id_) {
-    return FailedPreconditionError(
-        "step of plan " + std::to_string(id) +
-        " for longer batches checked, where the plan checked is " +
-        std::to_string(check_id_));
+  const auto left = checks_.find(id);
+  if (left == checks_.end()) {
+    return FailedPreconditionError("step of plan " + std::to_string(id) +
+                                   " for longer batches checked, and that plan's "
+                                   "steps are not checked");
   }
   const LongerPlan checked = plans_.at(id);
   StatusOr<std::optional<LengthPlan>> made = PlanForLengthMeasured(
       race_, checked.ratio, checked.length.plan.peak_bytes,
       checked.length.needs_budget, measured_peak_bytes);
   if (!made.ok()) {
-    check_id_ = 0;
+    checks_.erase(left);
     return made.status();
   }
   CheckedStep out;
   if (!made->has_value()) {  // it held
-    if (--checks_left_ == 0) check_id_ = 0;
+    if (--left->second == 0) checks_.erase(left);
     return out;
   }
   out.same = SameSchedule((*made)->plan, checked.length.plan);
   out.plan = Keep(checked.ratio, std::move(**made));
-  if (out.same) {
-    check_id_ = 0;
-  } else {
-    Arm(out.plan->id);
-  }
+  TakeRung(*out.plan);
+  checks_.erase(id);
+  if (!out.same) Arm(out.plan->id);
   return out;
 }
 
@@ -145,6 +166,7 @@ StatusOr<LongerBatches::GivingWay> LongerBatches::OutOfMemory(int failed,
     LongerPlan candidate{0, lost.ratio, *below};
     if (failed_.count(KeyOf(candidate)) == 0) {
       out.plan = Keep(lost.ratio, std::move(*below));
+      TakeRung(*out.plan);
       Arm(out.plan->id);
       return out;
     }
@@ -155,6 +177,7 @@ StatusOr<LongerBatches::GivingWay> LongerBatches::OutOfMemory(int failed,
   if (again != nullptr && again->ratio == lost.ratio &&
       !SameSchedule(again->length.plan, lost.length.plan)) {
     out.again = held;
+    TakeRung(*again);
   }
   return out;
 }

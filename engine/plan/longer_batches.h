@@ -4,9 +4,13 @@
 //   - in the race (the warm-up), a longer batch runs, for its forward
 //     alone, the plan for the longest batch the race has seen;
 //   - after the warm-up, a batch longer than every one before gets a plan
-//     that serves every batch from then on. Its first steps on batches of
-//     its length are checked: a peak over the budget makes the plan anew
-//     with the growth it measured (PlanForLengthMeasured), checked in turn;
+//     for its length. The lengths planned for are rungs: a batch runs the
+//     plan of the shortest rung at or above its length (the race's own plan
+//     at or below the profiled length), where the caller can tell its
+//     length before its first unit; else the plan of the longest rung,
+//     which serves every batch. A rung's first steps on batches of its
+//     length are checked: a peak over the budget makes its plan anew with
+//     the growth it measured (PlanForLengthMeasured), checked in turn;
 //   - a step of such a plan that runs out of device memory gives way to the
 //     plan for its length predicted below it, where that one has not failed
 //     there before (PlanForLengthBelow), else to the last plan a whole step
@@ -90,11 +94,31 @@ class LongerBatches {
   // --- After the warm-up -----------------------------------------------------
   // A batch `ratio` times the profiled one's size. Where it is longer than
   // every batch planned for so far (and than the profiled one), the plan
-  // for it, which serves every batch from now on: its next checked_steps
-  // steps on batches of its length are checked (CheckBegins). Else none.
+  // for it, a new rung, the longest: its next checked_steps steps on
+  // batches of its length are checked (CheckBegins). Else none.
   // Errors: PlanForLength's; the length counts as planned for all the same
-  //   (the plan in force serves on).
+  //   (no rung is made for it: the longest rung's plan serves it).
   StatusOr<std::optional<LongerPlan>> Longest(double ratio);
+
+  // The plan for a batch `ratio` times the profiled one's size, where its
+  // size is known before its first unit: Longest(ratio) where that makes a
+  // plan; else the plan of the shortest rung at or above it, or of the
+  // longest rung where none is that long (a length no plan could be made
+  // for). None: the race's own plan serves it (ratio <= 1, or no rung).
+  // Errors: Longest's (no rung changes).
+  // Why: the longest's plan fits every shorter batch, but holds more than
+  // it needs to: GPU run 154, Llama h2048 eager at 0.7 of the peak, batches
+  // of 2048 tokens under the plan for 3072 ran at 2.07-2.44 of their plain
+  // step, and at 1.5-2.0 under their own in the race.
+  StatusOr<std::optional<LongerPlan>> ForBatch(double ratio);
+
+  // The longest rung's plan, which serves every batch (a forward whose
+  // size is not known before its first unit runs it), or none: the race's
+  // own plan.
+  std::optional<LongerPlan> ForEveryBatch() const;
+
+  // The rungs' plans, shortest first.
+  std::vector<LongerPlan> Rungs() const;
 
   // The longest batch planned for after the warm-up (1 before any).
   double longest() const { return longest_; }
@@ -105,11 +129,9 @@ class LongerBatches {
   // A step begins with plan number `in_force` in force (0: a plan not made
   // here). Returns whether it is a checked step: its peak is to be read from
   // its first unit on, where the batch has the plan's length
-  // (StepChecked). A check of another plan ends: that plan no longer runs.
-  bool CheckBegins(int in_force);
-
-  // The plan whose steps are checked now, or 0.
-  int checked() const { return check_id_; }
+  // (StepChecked). A plan's checks end when they are spent or when another
+  // plan takes its rung; steps of other plans between them leave them be.
+  bool CheckBegins(int in_force) const { return checks_.count(in_force) > 0; }
 
   struct CheckedStep {
     // None: the step held the budget (the plan's own needs_budget where
@@ -124,16 +146,17 @@ class LongerBatches {
   // A checked step of plan `id`, on a batch of its length, peaked at
   // `measured_peak_bytes` above its forward's start. A step that held counts
   // one of the checks; the last ends them.
-  // Errors: kFailedPrecondition where `id` is not checked() (nothing
-  //   changes); PlanForLengthMeasured's (the checks end).
+  // Errors: kFailedPrecondition where `id` is not checked (CheckBegins;
+  //   nothing changes); PlanForLengthMeasured's (the checks end).
   StatusOr<CheckedStep> StepChecked(int id, int64_t measured_peak_bytes);
 
   struct GivingWay {
     // The plan for the failed plan's length predicted below it, which has
-    // not failed at that length: it serves from now on, checked in turn.
+    // not failed at that length: it takes that length's rung, checked in
+    // turn.
     std::optional<LongerPlan> plan;
     // Else, where nonzero, the plan a whole step of that length ran last
-    // since that length's first failure: it runs again.
+    // since that length's first failure: it takes the rung again.
     int again = 0;
     // The failed plan was the first to fail at its length.
     bool first_at_length = false;
@@ -161,6 +184,9 @@ class LongerBatches {
   static Key KeyOf(const LongerPlan& plan);
   const LongerPlan& Keep(double ratio, LengthPlan length);
   void Arm(int id);
+  // Plan `id` takes the rung at its length, where that length has one (a
+  // plan made after the warm-up); the checks of the plan it replaces end.
+  void TakeRung(const LongerPlan& plan);
 
   JointRace& race_;
   const int checked_steps_;
@@ -170,8 +196,8 @@ class LongerBatches {
   double seen_ = 1.0;     // the longest batch the race saw
   // The race's plan for its longest: (ratio, plan id or 0 where it failed).
   std::optional<std::pair<double, int>> race_plan_;
-  int check_id_ = 0;      // the plan checked, or 0
-  int checks_left_ = 0;
+  std::map<double, int> rungs_;  // length planned for after the warm-up -> plan
+  std::map<int, int> checks_;    // plan checked -> its checks left
   std::set<Key> failed_;  // plans that ran out of memory at their length
 };
 

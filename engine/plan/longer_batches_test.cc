@@ -5,6 +5,7 @@
 
 #include "engine/plan/longer_batches.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -66,7 +67,8 @@ TEST(LongerBatchesTest, InTheRaceALongerBatchRunsThePlanForTheLongestSeen) {
   ASSERT_OK_AND_ASSIGN(LengthPlan at_two, PlanForLength(race, 2.0));
   EXPECT_EQ(shorter->length.plan.choice, at_two.plan.choice);
   // Nothing is checked in the race.
-  EXPECT_EQ(longer.checked(), 0);
+  EXPECT_FALSE(longer.CheckBegins(one->id));
+  EXPECT_FALSE(longer.CheckBegins(shorter->id));
 }
 
 TEST(LongerBatchesTest, InTheRaceAPlanThatCannotBeMadeIsSaidOnce) {
@@ -136,18 +138,74 @@ TEST(LongerBatchesTest, AfterTheWarmUpOnlyTheLongestYetGetsAPlanAndItIsChecked) 
   LongerBatches longer(race, kChecks);
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.WarmUpEnded());
   EXPECT_FALSE(none.has_value());  // the race saw no longer batch
+  EXPECT_FALSE(longer.ForEveryBatch().has_value());
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
   ASSERT_TRUE(plan.has_value());
-  EXPECT_EQ(longer.checked(), plan->id);
+  EXPECT_TRUE(longer.CheckBegins(plan->id));
   ASSERT_OK_AND_ASSIGN(none, longer.Longest(1.5));
   EXPECT_FALSE(none.has_value());
   ASSERT_OK_AND_ASSIGN(none, longer.Longest(1.2));
   EXPECT_FALSE(none.has_value());
-  EXPECT_TRUE(longer.CheckBegins(plan->id));
-  // Another plan in force: the check ends, and does not come back.
+  // Steps of another plan (a shorter batch's) leave its checks be.
   EXPECT_FALSE(longer.CheckBegins(0));
-  EXPECT_FALSE(longer.CheckBegins(plan->id));
-  EXPECT_EQ(longer.checked(), 0);
+  EXPECT_TRUE(longer.CheckBegins(plan->id));
+  ASSERT_TRUE(longer.ForEveryBatch().has_value());
+  EXPECT_EQ(longer.ForEveryBatch()->id, plan->id);
+}
+
+TEST(LongerBatchesTest, AfterTheWarmUpABatchRunsThePlanOfTheShortestRungAtOrAboveIt) {
+  // Rungs at 1.2 (every unit kept: 1440 of the units' 1500) and 2.0
+  // (recompute). The race's own plan serves 1.0 and below; 1.1 and 1.2
+  // the plan for 1.2; 1.5 the one for 2.0; 2.5, the longest yet, a rung
+  // of its own, then every batch where its size is not known in time.
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_12, longer.ForBatch(1.2));
+  ASSERT_TRUE(at_12.has_value());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_20, longer.ForBatch(2.0));
+  ASSERT_TRUE(at_20.has_value());
+  EXPECT_THAT(at_12->length.plan.choice, Each(UnitChoice::kKeep));
+  EXPECT_THAT(at_20->length.plan.choice, Contains(UnitChoice::kRecompute));
+  for (const double profiled_or_shorter : {0.5, 1.0}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(profiled_or_shorter));
+    EXPECT_FALSE(none.has_value());
+  }
+  for (const auto& [ratio, id] : std::vector<std::pair<double, int>>{
+           {1.1, at_12->id}, {1.2, at_12->id}, {1.2 * (1 - 1e-12), at_12->id},
+           {1.5, at_20->id}, {2.0, at_20->id}}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
+    ASSERT_TRUE(plan.has_value()) << ratio;
+    EXPECT_EQ(plan->id, id) << ratio;
+  }
+  EXPECT_EQ(longer.ForEveryBatch()->id, at_20->id);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_25, longer.ForBatch(2.5));
+  ASSERT_TRUE(at_25.has_value());
+  EXPECT_EQ(at_25->ratio, 2.5);
+  EXPECT_EQ(longer.ForEveryBatch()->id, at_25->id);
+  std::vector<int> rungs;
+  for (const LongerPlan& rung : longer.Rungs()) rungs.push_back(rung.id);
+  EXPECT_EQ(rungs, (std::vector<int>{at_12->id, at_20->id, at_25->id}));
+  // Each rung is checked, whichever ran between its steps.
+  for (const int id : rungs) EXPECT_TRUE(longer.CheckBegins(id)) << id;
+  // A length no plan can be made for is said once; then its batches, and
+  // those between it and the longest rung, run the longest rung's plan.
+  EXPECT_FALSE(longer.ForBatch(kInfinite).ok());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> above, longer.ForBatch(kInfinite));
+  ASSERT_TRUE(above.has_value());
+  EXPECT_EQ(above->id, at_25->id);
+  EXPECT_EQ(longer.Rungs().size(), 3u);
+}
+
+TEST(LongerBatchesTest, WithoutRungsTheRacesPlanServesEveryBatch) {
+  // A longer batch whose plan cannot be made leaves no rung: the race's
+  // own plan, in force, serves on.
+  JointRace race = Started(1500, 0);
+  LongerBatches longer(race, kChecks);
+  EXPECT_FALSE(longer.ForBatch(kInfinite).ok());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(1.5));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_FALSE(longer.ForEveryBatch().has_value());
+  EXPECT_TRUE(longer.Rungs().empty());
 }
 
 TEST(LongerBatchesTest, TheWarmUpsEndPlansForTheLongestBatchTheRaceSaw) {
@@ -168,7 +226,7 @@ TEST(LongerBatchesTest, APlanThatCannotBeMadeLeavesTheLengthPlannedFor) {
   EXPECT_FALSE(longer.Longest(kInfinite).ok());
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.Longest(2.0));
   EXPECT_FALSE(none.has_value());
-  EXPECT_EQ(longer.checked(), 0);
+  EXPECT_TRUE(longer.Rungs().empty());
 }
 
 TEST(LongerBatchesTest, ACheckedPlanThatHoldsIsCheckedItsNumberOfSteps) {
@@ -183,7 +241,6 @@ TEST(LongerBatchesTest, ACheckedPlanThatHoldsIsCheckedItsNumberOfSteps) {
     ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep held, longer.StepChecked(plan->id, 1800));
     EXPECT_FALSE(held.plan.has_value());
   }
-  EXPECT_EQ(longer.checked(), 0);
   EXPECT_FALSE(longer.CheckBegins(plan->id));
   EXPECT_EQ(longer.StepChecked(plan->id, 1800).status().code(),
             StatusCode::kFailedPrecondition);
@@ -199,7 +256,7 @@ TEST(LongerBatchesTest, ACheckedStepOverTheBudgetMakesThePlanAnewCheckedInTurn) 
   // A step of another plan is not this check's: nothing changes.
   EXPECT_EQ(longer.StepChecked(plan->id + 7, 5000).status().code(),
             StatusCode::kFailedPrecondition);
-  EXPECT_EQ(longer.checked(), plan->id);
+  EXPECT_TRUE(longer.CheckBegins(plan->id));
   EXPECT_EQ(race.length_exponent(), 1.0);
   ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over, longer.StepChecked(plan->id, 1810));
   ASSERT_TRUE(over.plan.has_value());
@@ -207,11 +264,14 @@ TEST(LongerBatchesTest, ACheckedStepOverTheBudgetMakesThePlanAnewCheckedInTurn) 
   EXPECT_GT(race.length_exponent(), 1.0);
   EXPECT_EQ(over.plan->ratio, 1.2);
   EXPECT_THAT(over.plan->length.plan.choice, Contains(UnitChoice::kRecompute));
-  EXPECT_EQ(longer.checked(), over.plan->id);
+  EXPECT_TRUE(longer.CheckBegins(over.plan->id));
   ASSERT_NE(longer.Find(over.plan->id), nullptr);
   EXPECT_EQ(longer.Find(over.plan->id)->length.plan.choice, over.plan->length.plan.choice);
-  // The checked plan is no longer in force at the next step.
+  // The new plan takes the rung; the checked one's checks end.
   EXPECT_FALSE(longer.CheckBegins(plan->id));
+  EXPECT_EQ(longer.ForEveryBatch()->id, over.plan->id);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_12, longer.ForBatch(1.1));
+  EXPECT_EQ(at_12->id, over.plan->id);
 }
 
 TEST(LongerBatchesTest, TheSmallestPlanMeasuredOverComesBackWithItsFiguresAndTheChecksEnd) {
@@ -229,7 +289,9 @@ TEST(LongerBatchesTest, TheSmallestPlanMeasuredOverComesBackWithItsFiguresAndThe
   EXPECT_TRUE(over.same);
   EXPECT_EQ(over.plan->length.plan.choice, smallest->length.plan.choice);
   EXPECT_NEAR(over.plan->length.needs_budget, measured, 4);
-  EXPECT_EQ(longer.checked(), 0);
+  EXPECT_FALSE(longer.CheckBegins(smallest->id));
+  EXPECT_FALSE(longer.CheckBegins(over.plan->id));
+  EXPECT_EQ(longer.ForEveryBatch()->id, over.plan->id);
 }
 
 TEST(LongerBatchesTest, AStepOutOfMemoryGivesWayToAPlanPredictedLowerThenToTheLastThatRan) {
@@ -245,7 +307,9 @@ TEST(LongerBatchesTest, AStepOutOfMemoryGivesWayToAPlanPredictedLowerThenToTheLa
   EXPECT_TRUE(way.first_at_length);
   ASSERT_TRUE(way.plan.has_value());
   EXPECT_LT(way.plan->length.plan.peak_bytes, plan->length.plan.peak_bytes);
-  EXPECT_EQ(longer.checked(), way.plan->id);
+  EXPECT_TRUE(longer.CheckBegins(way.plan->id));
+  EXPECT_FALSE(longer.CheckBegins(plan->id));
+  EXPECT_EQ(longer.ForEveryBatch()->id, way.plan->id);
   LongerPlan previous = *plan;
   LongerPlan failing = *way.plan;
   for (int i = 0; i < 10 && way.plan.has_value(); ++i) {
@@ -259,6 +323,7 @@ TEST(LongerBatchesTest, AStepOutOfMemoryGivesWayToAPlanPredictedLowerThenToTheLa
   }
   ASSERT_FALSE(way.plan.has_value());
   EXPECT_EQ(way.again, previous.id);
+  EXPECT_EQ(longer.ForEveryBatch()->id, previous.id);  // it takes the rung again
   // Held by the failed plan itself, or by none: it runs on.
   ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, failing.id));
   EXPECT_FALSE(way.plan.has_value());
@@ -299,6 +364,7 @@ TEST(LongerBatchesTest, AtALengthsFirstFailureAPlanThatRanBeforeItDoesNotRunAgai
   ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(over.plan->id, kept->id));
   EXPECT_FALSE(way.first_at_length);
   EXPECT_EQ(way.again, kept->id);
+  EXPECT_EQ(longer.ForEveryBatch()->id, kept->id);
 }
 
 TEST(LongerBatchesTest, TheSmallestPlanOutOfMemoryRunsOnWithWhy) {
@@ -346,10 +412,11 @@ TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
 }
 
 // Any sequence of calls on a random race: a plan comes after the warm-up
-// only for the longest batch yet; every plan made validates and, where it
+// only for the longest batch yet, and a batch runs the shortest rung's at
+// or above it; every plan made validates and, where it
 // names no larger budget, fits the one it was made for; a plan that ran out
 // of memory at its length is never given again there; the growth never
-// falls; what is checked is a plan made here or none; a check of a plan not
+// falls; only rungs' plans are checked; a check of a plan not
 // checked is refused and changes nothing.
 RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
   const int n = *rc::gen::inRange(2, 6);
@@ -394,30 +461,48 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
           break;
         }
         RC_ASSERT(longer_yet);
-        RC_ASSERT(longer.checked() == (*plan)->id);
+        RC_ASSERT(longer.CheckBegins((*plan)->id));
+        RC_ASSERT(longer.ForEveryBatch()->id == (*plan)->id);
         check_made(**plan);
         break;
       }
-      case 1: {
-        const int before = longer.checked();
-        const int in_force = *rc::gen::element(0, before, any_made());
-        const bool checking = longer.CheckBegins(in_force);
-        RC_ASSERT(checking == (before != 0 && in_force == before));
-        RC_ASSERT(longer.checked() == (checking ? before : 0));
+      case 1: {  // a batch whose size is known in time: the shortest rung at or above it
+        StatusOr<std::optional<LongerPlan>> plan = longer.ForBatch(ratio);
+        longest = std::max(longest, ratio);
+        if (!plan.ok() || !plan->has_value()) {
+          RC_ASSERT(!plan.ok() || ratio <= 1.0 || longer.Rungs().empty());
+          break;
+        }
+        RC_ASSERT(ratio > 1.0);
+        const std::vector<LongerPlan> rungs = longer.Rungs();
+        bool a_rung = false;
+        for (const LongerPlan& rung : rungs) {
+          a_rung = a_rung || rung.id == (*plan)->id;
+          if (rung.ratio >= ratio) RC_ASSERT((*plan)->ratio <= rung.ratio);
+        }
+        RC_ASSERT(a_rung);
+        RC_ASSERT((*plan)->ratio >= ratio || (*plan)->id == longer.ForEveryBatch()->id);
+        if (std::none_of(made.begin(), made.end(),
+                         [&](const LongerPlan& p) { return p.id == (*plan)->id; })) {
+          check_made(**plan);
+        }
         break;
       }
       case 2: {
-        const int checked = longer.checked();
+        const int id = any_made();
         const int64_t peak = *rc::gen::inRange<int64_t>(0, 4 * budget);
-        if (checked == 0 || *rc::gen::arbitrary<bool>()) {
-          const int other = checked + 1 + *rc::gen::inRange(0, 3);
-          RC_ASSERT(longer.StepChecked(other, peak).status().code() ==
+        if (!longer.CheckBegins(id)) {
+          const std::vector<LongerPlan> rungs = longer.Rungs();
+          RC_ASSERT(longer.StepChecked(id, peak).status().code() ==
                     StatusCode::kFailedPrecondition);
-          RC_ASSERT(longer.checked() == checked);
+          RC_ASSERT(longer.Rungs().size() == rungs.size());
           break;
         }
-        StatusOr<LongerBatches::CheckedStep> next = longer.StepChecked(checked, peak);
-        if (next.ok() && next->plan.has_value()) check_made(*next->plan);
+        StatusOr<LongerBatches::CheckedStep> next = longer.StepChecked(id, peak);
+        if (next.ok() && next->plan.has_value()) {
+          RC_ASSERT(!longer.CheckBegins(id));  // its rung is the new plan's
+          check_made(*next->plan);
+        }
         break;
       }
       case 3: {  // the plan given last, or any
@@ -441,8 +526,17 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
         break;
     }
     RC_ASSERT(race.length_exponent() >= exponent);
-    const int checked = longer.checked();
-    RC_ASSERT(checked == 0 || longer.Find(checked) != nullptr);
+    // Rungs only for lengths planned for; only rungs' plans are checked.
+    const std::vector<LongerPlan> rungs = longer.Rungs();
+    for (size_t i = 0; i < rungs.size(); ++i) {
+      RC_ASSERT(rungs[i].ratio > 1.0 && rungs[i].ratio <= longest);
+      RC_ASSERT(i == 0 || rungs[i - 1].ratio < rungs[i].ratio);
+    }
+    for (const LongerPlan& plan : made) {
+      if (!longer.CheckBegins(plan.id)) continue;
+      RC_ASSERT(std::any_of(rungs.begin(), rungs.end(),
+                            [&](const LongerPlan& rung) { return rung.id == plan.id; }));
+    }
   }
 }
 

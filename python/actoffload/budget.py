@@ -61,7 +61,10 @@ before the forward. Its life:
      it says.
   5. Steady state: a plan that offloads nothing runs without the engine
      (LEAN). A batch longer than any before it gets a plan made for its
-     length, whose first steps at that length are checked (budget_lengths.py).
+     length, whose first steps at that length are checked; a batch whose
+     size is known before its first unit runs the plan for the shortest
+     length planned at or above it, each plan with its own engine loop
+     (budget_lengths.py).
      A step that ran out of device memory, in a loop that caught it, gives
      way to a plan predicted lower (budget_edge.py, SPEC §7.9).
 This module is glue: it measures (budget_record.py) and applies; the engine plans.
@@ -149,6 +152,7 @@ class JointBudget(budget_race.RaceView):
         self._race = None   # _C.JointRace, made after the profile
         self._index = []     # each unit's place in the plan's units
         self._retired = []  # loops whose graphs may still be alive
+        self._loops = {}    # plan_key -> loop, for the plans that may serve again (_serving)
         self._forwards = recompute.UnitForwards(self, units)  # how the units run
         self._record = None  # this iteration's measurements while measuring
         self._profiles = []  # the profile iterations' records (_profile_kinds)
@@ -196,6 +200,7 @@ class JointBudget(budget_race.RaceView):
                 self._apply(self._race.plan)  # the warm-up's end came mid-race
             self.lengths.warm_up_ended()  # the longest batch the race saw
             self.apply_pending()
+            self.lengths.at_enter()  # the plan for every batch (a shorter one's came at its first call)
             self.lengths.check_begins()  # a plan for longer batches, not yet measured
             self._interim.retire()
             self._record = None
@@ -402,17 +407,40 @@ class JointBudget(budget_race.RaceView):
         return plan_key(a, self._index) == plan_key(b, self._index)
 
     def _apply(self, plan):
+        """Puts `plan` in force, with its engine loop: the one it ran with
+        before where it may serve again (a rung's after the warm-up: batches
+        of several lengths take turns), else a new one."""
         self._interim.end()  # (a forward of a plan for one batch may be in flight)
         if self.plan is not None and self.same_plan(plan, self.plan):
             self.plan = plan  # its figures
             return
-        loop = self._loop_for(plan)  # (made first: where it fails, nothing changed)
+        key = plan_key(plan, self._index)
+        loop = self._loops.get(key)
+        if loop is None:
+            loop = self._loop_for(plan)  # (made first: where it fails, nothing changed)
+            serving = self._serving()
+            for gone in [k for k in self._loops if k not in serving]:
+                self._retire(self._loops.pop(gone))
+            self._loops[key] = loop
+        else:
+            _common.end_stale_pass(loop)  # (as the context's enter does for the loop in force)
         self.plan = plan
-        # The loop in force retires; retired loops whose graphs are all gone
-        # (every forward's backward done or abandoned) are dropped.
-        self._retired = [old for old in self._retired if old.live_iterations() > 0]
-        self._retired.append(self.owner.offloader)
+        if all(self.owner.offloader is not kept for kept in self._loops.values()):
+            self._retire(self.owner.offloader)
         self.owner.offloader = loop
+
+    def _serving(self):
+        """The plan_keys of the plans that may serve again: the race's own
+        and the rungs' (budget_lengths.LongerBatches.rungs)."""
+        plans = [self._race.plan] if self._race is not None else []
+        return {plan_key(p, self._index) for p in plans + self.lengths.rungs()}
+
+    def _retire(self, loop):
+        """`loop` no longer runs; retired loops whose graphs are all gone
+        (every forward's backward done or abandoned) are dropped."""
+        self._retired = [old for old in self._retired
+                         if old.live_iterations() > 0 and old is not loop]
+        self._retired.append(loop)
 
     def _loop_for(self, plan):
         """A new engine loop for `plan`: the one a longer batch in the race

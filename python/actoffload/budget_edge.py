@@ -143,9 +143,13 @@ def steady_out_of_memory(budget, failed):
     the lowered budget is kept, or the race measures plans made for it.
     From now on, a budget nothing measured keeps is a warning, not a
     refusal: the caller's loop goes on. (Where a plan with other choices
-    or another schedule came since, it has not run: nothing changes.)"""
+    or another schedule came since, it has not run: nothing changes; nor
+    where the batch was longer than the failed plan was made for: its
+    size was known too late, and the plan for it serves from now on.)"""
     if budget.plan is None or not budget.same_plan(budget.plan, failed):
         return
+    if budget.lengths.ran_longer(failed):
+        return  # a batch longer than the plan it ran: the plan for it serves from now on
     budget.gave_way = True
     if failed.get("for_ratio") is not None:
         budget.lengths.out_of_memory(failed, budget._steady)

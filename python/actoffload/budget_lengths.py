@@ -9,13 +9,16 @@ grown by the ratio, within the same budget).
     the race's plan and its engine loop come back at the next forward,
     and the batch is not one of the race's measurements. The warm-up's
     end plans for the longest batch it saw.
-  - After the warm-up, for a batch longer than every earlier one: the
-    plan serves every batch from then on. Its first CHECKED_ITERATIONS
-    steps at its length read their peak (check_begins, _check_length,
-    pass_ended); over
-    the budget, the engine fits how the bytes grow with the length
-    (PlanForLengthMeasured) and the plan made with that growth serves.
-    A step of it out of device memory gives way (out_of_memory).
+  - After the warm-up, for a batch longer than every earlier one: its
+    length is a rung (LongerBatches::ForBatch). A batch seen at the
+    forward's first call runs the plan of the shortest rung at or above
+    it (the race's own at or below the profiled length); any other the
+    longest rung's, in force at each forward's enter (at_enter), which
+    fits every batch. A rung's first CHECKED_ITERATIONS steps at its
+    length read their peak (check_begins, _check_length, pass_ended);
+    over the budget, the engine fits how the bytes grow with the length
+    (PlanForLengthMeasured) and the plan made with that growth takes the
+    rung. A step of it out of device memory gives way (out_of_memory).
 
 Where the batch is seen (from the race's start):
   - at the forward's first module call that takes a tensor positionally
@@ -70,6 +73,9 @@ class LongerBatches:
         self._reference = None
         self._compiled = None   # whether a unit or a module of the model is compiled
         self._checking = None   # this forward's: [plan, allocated at its start, whether begun]
+        self._ratio = None  # this forward's batch to the profiled one, once its first unit began
+        self._every = 0     # length_id of the plan for every batch last put in force (0: the race's)
+        self._switched = False  # whether a forward's first call put its batch's plan in force
 
     def race_started(self, race):
         """The budget's race (_C.JointRace) started: the engine's
@@ -109,7 +115,7 @@ class LongerBatches:
         where a new plan is pending, and says whether it could (else, after
         the warm-up, the plan stays pending for the next forward)."""
         self.unwatch()
-        self._first = None
+        self._first = self._ratio = None
         if self._profiled() is None or self._reference is False:
             return
         if self._compiled is None:  # the model's modules (where given) and the units
@@ -140,14 +146,16 @@ class LongerBatches:
             return None
         ratio = self._first / self._reference
         racing = self.budget.measuring
-        if not (self._plan_for_one(ratio) if racing else self._plan(ratio)):
+        if not (self._plan_for_one(ratio) if racing else self._plan_for_batch(ratio)):
             return None
         if any(module is unit for unit in self.budget.units) or not self._changed():
             # Its hooks are read already, or the forward cannot be set up
-            # again: after the warm-up, from the next forward; in the race, not.
-            if racing:
-                self._pending = None
+            # again: the plan in force (after the warm-up, the one for every
+            # batch, at_enter) runs it. A plan for a longer batch made now
+            # is in force from the next forward on (at_enter).
+            self._pending = None
         elif not racing:
+            self._switched = True  # (the next forward's enter puts the plan for every batch back)
             self.check_begins()  # the new plan runs this forward: its peak is read
         return None
 
@@ -159,7 +167,7 @@ class LongerBatches:
         profiled = self._profiled()
         if tensor is None or not profiled:
             return
-        ratio = _common.tensor_bytes(tensor) / profiled
+        ratio = self._ratio = _common.tensor_bytes(tensor) / profiled
         if self._first and self._reference is not False:
             reference = self._first / ratio
             if self._reference is None:
@@ -170,8 +178,9 @@ class LongerBatches:
             self._check_length(ratio)
         if self.budget.measuring:
             self._engine.race_saw(ratio)
-        else:
-            self._plan(ratio)
+        else:  # a batch longer than any before has a plan from the next forward on
+            self._made(lambda engine: engine.for_batch(ratio), "every batch from now on runs",
+                       ratio)
 
     def race_step_ended(self, record):
         """In the race, a step whose batch had another length than the
@@ -195,10 +204,31 @@ class LongerBatches:
                           f"the engine could not fit its growth ({error})", stacklevel=2)
 
     def warm_up_ended(self):
-        """After the warm-up: plans for the longest batch the race saw."""
+        """After the warm-up: plans for the longest batch the race saw (at
+        the first forward after it; at_enter puts it in force)."""
         if self._profiled() is not None:
-            self._put(self._made(lambda engine: engine.warm_up_ended(),
-                                 "every batch from now on runs"))
+            self._made(lambda engine: engine.warm_up_ended(), "every batch from now on runs")
+
+    def rungs(self):
+        """The plans for the lengths planned for after the warm-up
+        (LongerBatches::Rungs), shortest first."""
+        return [] if self._engine is None else self._engine.rungs()
+
+    def at_enter(self):
+        """At a forward after the warm-up, before anything of it is set
+        up: the plan for every batch (the longest rung's, or the race's own
+        where there is none) is put in force where the last forward's first
+        call put a shorter batch's in force, or where it is a new one (a
+        longer batch's, seen at its first unit). This forward's first call
+        may put its own batch's in force (_first_call); a forward whose
+        size is not known in time runs this one, which fits it."""
+        plan = None if self._engine is None else self._engine.for_every_batch()
+        if not self._switched and self._id(plan) == self._every:
+            return  # (what is in force stays: a plan given way to, say)
+        self._switched, self._every = False, self._id(plan)
+        plan = plan if plan is not None else self.budget._race.plan
+        if not self._same(plan, self.budget.plan):
+            self.budget._apply(plan)
 
     # --- planning -----------------------------------------------------------------
     def _profiled(self):
@@ -209,25 +239,35 @@ class LongerBatches:
             return None
         return budget._profiles[0]["input"][0]
 
-    def _plan(self, ratio):
-        """After the warm-up: a batch `ratio` times the profiled one's
-        size; whether a plan of other choices is now pending (the engine
-        plans for it where it is the longest yet)."""
-        return self._put(self._made(lambda engine: engine.plan_if_longest(ratio),
-                                    "every batch from now on runs", ratio))
-
-    def _put(self, plan):
-        """After the warm-up: `plan` (or None) serves from now on. Where it
-        runs as the plan in force does, only its figures change; else it
-        is pending. Whether it is pending."""
+    def _plan_for_batch(self, ratio):
+        """After the warm-up, at the forward's first call: the plan for a
+        batch `ratio` times the profiled one's size (the engine's:
+        LongerBatches::ForBatch, the shortest rung at or above it, made
+        where it is the longest yet; the race's own for the profiled
+        length and shorter ones). Whether it is now pending: where it runs
+        as the plan in force does, only its figures change."""
+        plan = self._made(lambda engine: engine.for_batch(ratio),
+                          "every batch from now on runs", ratio, failed=False)
+        if plan is False:
+            return False  # (warned) the plan in force, for every batch, runs it
         if plan is None:
+            plan = self.budget._race.plan  # the profiled length's, and shorter ones'
+        if self._same(plan, self.budget.plan):
             return False
         if self.budget.same_plan(plan, self.budget.plan):
-            self._pending = None
             self.budget._apply(plan)  # the same choices and schedule: only its figures change
             return False
         self._pending, self._for_one = plan, False
         return True
+
+    def _same(self, a, b):
+        """Whether plans `a` and `b` are one: the same plan for longer
+        batches (length_id), or both the race's, running alike."""
+        if a is b:
+            return True
+        if a is None or b is None or self._id(a) != self._id(b):
+            return False
+        return self._id(a) != 0 or self.budget.same_plan(a, b)
 
     def _plan_for_one(self, ratio):
         """In the race: the plan for this forward's batch, `ratio` times
@@ -241,17 +281,17 @@ class LongerBatches:
         self._pending, self._for_one = plan, True
         return True
 
-    def _made(self, make, then, ratio=None):
+    def _made(self, make, then, ratio=None, failed=None):
         """The engine's plan `make(engine)` (or None), warned about once
         where it needs a larger budget (`then` says what runs) or where it
-        failed."""
+        failed (then `failed` comes back)."""
         try:
             plan = make(self._engine)
         except (RuntimeError, ValueError) as error:  # the engine's Status
             warnings.warn(f"actoffload: no plan for a batch {ratio or self._engine.seen:.2f} "
                           f"times the profiled one's size ({error}); the plan in force runs",
                           stacklevel=5)
-            return None
+            return failed
         if plan is not None and plan["needs_budget"] and plan["length_id"] not in self._said:
             self._said.add(plan["length_id"])
             warnings.warn(
@@ -260,6 +300,14 @@ class LongerBatches:
                 f"{self.budget.budget_bytes}; {then} the plan for that least budget",
                 stacklevel=5)
         return plan
+
+    def ran_longer(self, plan):
+        """Whether the last forward's batch was longer than `plan` (which
+        it ran) was made for: its size was not known before its first unit,
+        and the plan for it came after (its step out of memory blames no
+        plan: budget_edge.steady_out_of_memory)."""
+        made_for = plan.get("for_ratio", 1.0)
+        return self._ratio is not None and self._ratio > made_for * (1 + 1e-6)
 
     def out_of_memory(self, failed, watch):
         """After the warm-up, a step of `failed`, a plan for longer batches,
@@ -278,6 +326,7 @@ class LongerBatches:
                 "profiled one's size ran out of device memory after the warm-up")
         plan = way["plan"]
         if plan is not None:
+            self._said.add(plan["length_id"])  # (its needs_budget is not said again)
             warnings.warn(
                 f"{said}: the device cannot hold that plan; they run one predicted to "
                 f"peak at {plan['peak_bytes']} bytes in the units, for "
@@ -334,7 +383,7 @@ class LongerBatches:
         it holds at that growth, and the checks end."""
         checking, self._checking = self._checking, None
         if checking is None or not checking[2] or checking[0] is not plan \
-                or self._engine is None or self._engine.checked != self._id(plan):
+                or self._engine is None or not self._engine.check_begins(self._id(plan)):
             return  # not a checked step of this plan on a batch of its length
         ratio = plan["for_ratio"]
         budget = self.budget
@@ -348,6 +397,7 @@ class LongerBatches:
             return
         if lower is None:  # it holds
             return
+        self._said.add(lower["length_id"])  # (said here: not again when it serves)
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the profiled "
                 f"one's size peaked at {peak} bytes above the forward's start, over the "
                 f"budget of {max(budget.budget_bytes, plan['needs_budget'])} (its units were "

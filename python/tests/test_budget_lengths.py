@@ -125,8 +125,8 @@ class _LayersFirst(Decoder):
     """Its forward's first module call that takes a tensor positionally is
     its first layer's (it is called by keyword)."""
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         del self.embed
 
     def forward(self, x):
@@ -147,8 +147,8 @@ class _FixedFirst(Decoder):
         return super().forward(x + self.embed(self.position))
 
 
-def _compiled_decoder():
-    model = Decoder()
+def _compiled_decoder(**kwargs):
+    model = Decoder(**kwargs)
     compile_layers(model)
     return model
 
@@ -268,6 +268,62 @@ def test_after_the_warm_up_a_longer_batch_is_planned_for(first_call):
     assert joint.plan is not longer
 
 
+@pytest.mark.parametrize("first_call", ["positional", "a unit", "compiled"])
+def test_after_the_warm_up_each_batch_runs_the_plan_for_the_shortest_length_planned_at_or_above_it(
+        first_call):
+    # Dynamic padding: after the warm-up on 32 tokens, batches of 48 and
+    # then 64 get plans of their own (LongerBatches' rungs). Where the
+    # forward's first call tells its size in time (positional), each batch
+    # runs the plan for the shortest length planned at or above it: 32 the
+    # race's own, 40 and 48 the one for 48, 56 and 64 the one for 64, each
+    # recomputing fewer units than the next (before, every batch ran the
+    # plan for the longest: GPU run 154, 2048-token batches at 2.07-2.44 of
+    # their plain step where their own plan ran them at 1.5-2.0). Where it
+    # cannot (the first unit's own call, compiled layers), every batch runs
+    # the longest's plan, which fits it, from the forward after that
+    # length's first. Within the budget but for such a first forward;
+    # every step bit-identical to the same step without the budget.
+    in_time = first_call == "positional"
+    model = {"positional": Decoder, "a unit": _LayersFirst, "compiled": _compiled_decoder,
+             }[first_call](layers=6)
+    model, ctx, probe = _scripted(0.8, model, allow_offload=False)
+    joint = ctx.joint_budget
+    run = _by_keyword if first_call == "a unit" else seeded_step
+    seed = iter(range(10 ** 6))
+    ran = []  # the plan in force at each budget step's head
+    model.head.register_forward_pre_hook(
+        lambda module, args: ran.append(joint.plan) if ctx._active else None)
+
+    def step(length, within=True):
+        x = _batch(length, next(seed))
+        assert_identical(run(model, x), run(model, x, ctx))
+        assert joint.plan is None or not within or probe.peak() <= joint.budget_bytes, length
+        return ran[-1]
+
+    def recomputed(plan):
+        return joint.unit_choices(plan).count("recompute")
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        while joint.measuring:
+            step(32)
+        for length in (48, 64):  # the rungs (a first forward not in time runs the one before)
+            step(length, within=in_time)
+        lengths = (32, 40, 48, 56, 64, 32, 64, 40)
+        plans = [step(length) for length in lengths]
+    for length, plan in zip(lengths, plans):
+        made_for = 1.0 if length == 32 else 1.5 if length <= 48 else 2.0
+        if not in_time:
+            made_for = 2.0
+        assert plan.get("for_ratio", 1.0) == made_for, (length, plan)
+        if made_for == 1.0:
+            assert joint.same_plan(plan, joint._race.plan)
+    if in_time:
+        at_32, at_48, at_64 = plans[0], plans[2], plans[4]
+        assert recomputed(at_32) < recomputed(at_48) < recomputed(at_64)
+    assert joint.plan["for_ratio"] == (1.5 if in_time else 2.0)  # (the last step's: 40)
+
+
 def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # Offloading allowed: the steady state keeps the engine and its unit
     # hooks; the plan for a batch of 48 is the one the race makes for it
@@ -275,11 +331,21 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # batch's forward on, with the engine's loop made anew before its first
     # unit. Where the engine's hooks are in force for the whole forward
     # (torch < 2.8), the plan starts with the next forward (see the test
-    # below). Steps bit-identical.
+    # below). Per unit, batches of 32 and 48 then take turns, each on its
+    # own plan and loop: the race's and the one made for 48, each kept (its
+    # host buffers made), no other loop made; else every batch runs the
+    # plan for 48. Steps bit-identical.
     model, ctx, probe = _scripted(0.75)
     per_unit = _common.saved_hooks_top() is not NotImplemented
     joint = ctx.joint_budget
     _peaks_as_planned(probe, joint)
+    in_force = []  # (length, the engine's loop) of each budget step, read at its head
+    model.head.register_forward_pre_hook(
+        lambda module, args: in_force.append((args[0].shape[1], ctx.offloader))
+        if ctx._active else None)
+    made = []
+    make_loop = joint.make_loop
+    joint.make_loop = lambda schedule: (made.append(schedule), make_loop(schedule))[1]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for it in range(200):
@@ -291,7 +357,7 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
         assert "offload" in joint.plan["choice"], joint.plan["choice"]
         x = _batch(32, 999)  # the first forward after the warm-up
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
-        loop = ctx.offloader
+        loop, before = ctx.offloader, len(made)
         pushed = _common.pushes(loop)
         for it, length in enumerate((48, 48, 32, 48)):
             x = _batch(length, 1000 + it)
@@ -309,6 +375,13 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # One unit more offloaded than at 32 tokens; the engine's loop made anew.
     assert planned["choice"].count("offload") > joint._race.plan["choice"].count("offload")
     assert ctx.offloader is not loop
+    steady = in_force[-5:]  # 32, then 48, 48, 32, 48
+    if per_unit:
+        assert [l is loop for _, l in steady] == [True, False, False, True, False]
+        assert steady[1][1] is steady[2][1] is steady[4][1]
+    else:
+        assert [l is loop for _, l in steady] == [True, True, False, False, False]
+    assert len(made) == before + 1  # the loop for 48, made once
 
 
 def _makes_a_loop(make_loop, schedule):
@@ -449,7 +522,7 @@ def test_a_longer_batch_the_engine_cannot_plan_for_is_warned_about_and_runs():
         def __getattr__(self, name):
             return getattr(self.engine, name)
 
-        def plan_if_longest(self, ratio):
+        def for_batch(self, ratio):
             raise _common.ext().OffloadError("planned to fail")
     joint.lengths._engine, plan = Failing(joint.lengths._engine), joint.plan
     x = _batch(48, it)
@@ -476,8 +549,9 @@ def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     # them; then the device holds less than that plan needs (memory beside
     # the model grew). A loop that skips the batch goes on with a plan for
     # 40 predicted lower (LongerBatches.out_of_memory, the engine's
-    # PlanForLengthBelow), bit-identical; shorter batches run it too. Before,
-    # only the race's own plan gave way, and every step of 40 failed.
+    # PlanForLengthBelow), bit-identical; a batch of 32 runs the race's own
+    # plan, and the next of 40 the lower one again. Before, only the race's
+    # own plan gave way, and every step of 40 failed.
     model, ctx, probe, x, reference = _settled_then_longer(40)
     joint = ctx.joint_budget
     longer = joint.plan
@@ -496,7 +570,10 @@ def test_after_the_warm_up_a_plan_for_longer_batches_out_of_memory_gives_way():
     assert probe.peak() <= probe.capacity
     shorter = _batch(32, 999)
     assert_identical(seeded_step(model, shorter), seeded_step(model, shorter, ctx))
-    assert joint.plan is ran[1]
+    assert joint.plan.get("length_id", 0) == 0
+    assert joint.same_plan(joint.plan, joint._race.plan)
+    assert_identical(reference, seeded_step(model, x, ctx))
+    assert joint.plan["length_id"] == ran[1]["length_id"]
 
 
 class _Quadratic(_ScalesWithLength):
@@ -523,8 +600,9 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     # first is over; the engine fits the growth (PlanForLengthMeasured: the
     # bytes grow as the length to the power 2) and the plan it makes with
     # it runs from the next step, warned about once, checked in turn,
-    # within the budget. A step of 32 between them is not counted, and
-    # leaves the allocator's peak counter alone; after CHECKED_ITERATIONS
+    # within the budget. A step of 32 between them runs the race's own
+    # plan, is not counted, and leaves the allocator's peak counter alone
+    # (nor does it end the checks); after CHECKED_ITERATIONS
     # steps of 40 it is no longer reset. Batches of 48 then get a plan made
     # with that growth, within the budget from their first step. Every step
     # bit-identical.
@@ -554,7 +632,8 @@ def test_after_the_warm_up_a_plan_for_longer_batches_measured_over_the_budget_gi
     assert first["for_ratio"] == lower["for_ratio"] == 1.25
     assert peaks[0] > joint.budget_bytes
     assert lower["peak_bytes"] <= joint.budget_bytes < peaks[0]
-    assert all(plan is lower for plan in plans[1:8])
+    assert all(plans[i]["length_id"] == lower["length_id"] for i in (1, 3, 4, 5, 6, 7))
+    assert plans[2].get("length_id", 0) == 0  # the step of 32: the race's own plan
     assert plans[8]["for_ratio"] == 1.5
     assert all(peak <= joint.budget_bytes for peak in peaks[1:]), peaks
     # Reset as the first unit of each checked step of 40 began: the first
@@ -746,9 +825,9 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
     # 2.8), such a batch runs a plan made for 48 tokens, within the budget,
     # under an engine loop of its own; the next forward runs the race's
     # plan and loop again, and the race counts none of them. Everywhere,
-    # the warm-up's end plans for the longest batch it saw: the plan in
-    # force after it is the one for 48, and a batch of 48 is within the
-    # budget. The race's plan for 48 is made once (the engine takes a
+    # the warm-up's end plans for the longest batch it saw: a batch of 48
+    # after it runs the plan for 48, within the budget, and one of 32 the
+    # race's own where its forward can be set up again at its first call. The race's plan for 48 is made once (the engine takes a
     # moment to plan), and its engine loop serves that plan after the
     # warm-up (its host buffers are made). Every step bit-identical to the same step without
     # the budget.
@@ -759,9 +838,9 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         _peaks_as_planned(probe, joint)
     made, plan_made = [], joint.lengths._made  # (number, ratio) of each plan made
 
-    def recorded(*args):
-        plan = plan_made(*args)
-        if plan is not None:
+    def recorded(*args, **kwargs):
+        plan = plan_made(*args, **kwargs)
+        if plan:
             made.append((plan["length_id"], plan["for_ratio"]))
         return plan
     joint.lengths._made = recorded
@@ -800,11 +879,19 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
         assert longer >= 2 and len(set(made)) == 1 and made[0][1] == 1.5  # made once
         planned = joint._race.for_length(1.5)
         assert planned["needs_budget"] == 0
-        assert step(32) <= joint.budget_bytes  # the first forward after the warm-up
+        # The first forward after the warm-up, of 32: it runs the race's own
+        # plan where the forward can be set up again at its first call
+        # (per unit, or lean to lean), else the one for 48, which fits it.
+        assert step(32) <= joint.budget_bytes
+        if per_unit or not allow_offload:
+            assert joint.plan.get("length_id", 0) == 0
+            assert joint.same_plan(joint.plan, joint._race.plan)
+        else:
+            assert joint.plan["choice"] == planned["choice"]
+        assert step(48) <= joint.budget_bytes
         assert joint.plan["choice"] == planned["choice"] != joint._race.plan["choice"]
         if per_unit and longer_loop[0] == tuple(planned["choice"]):
             assert in_force[-1] is longer_loop[1]  # its host buffers made in the race
-        assert step(48) <= joint.budget_bytes
 
 
 def _raising_once(module):

@@ -225,9 +225,30 @@ void BindLongerBatches(py::module& m) {
            py::arg("ratio"))
       .def("warm_up_ended",
            [](offload::LongerBatches& l) { return LongerOrNone(l.WarmUpEnded()); })
+      .def("for_batch",
+           [](offload::LongerBatches& l, double ratio) {
+             return LongerOrNone(l.ForBatch(ratio));
+           },
+           "ForBatch: after the warm-up, the plan for a batch `ratio` times "
+           "the profiled one's size whose size is known before its first "
+           "unit (None: the race's own plan)",
+           py::arg("ratio"))
+      .def("for_every_batch",
+           [](const offload::LongerBatches& l) {
+             const std::optional<offload::LongerPlan> plan = l.ForEveryBatch();
+             return plan.has_value() ? py::object(LongerDict(*plan)) : py::object(py::none());
+           },
+           "ForEveryBatch: the longest rung's plan (None: the race's own plan)")
+      .def("rungs",
+           [](const offload::LongerBatches& l) {
+             py::list out;
+             for (const offload::LongerPlan& plan : l.Rungs()) out.append(LongerDict(plan));
+             return out;
+           },
+           "Rungs: the plans for the lengths planned for, shortest first")
       .def("check_begins", &offload::LongerBatches::CheckBegins,
+           "CheckBegins: whether a step of plan `in_force` is checked",
            py::arg("in_force"))
-      .def_property_readonly("checked", &offload::LongerBatches::checked)
       .def("step_checked",
            [](offload::LongerBatches& l, int id, int64_t measured_peak_bytes) {
              offload::LongerBatches::CheckedStep step =
