@@ -250,6 +250,8 @@ class LongerBatches:
                           "every batch from now on runs", ratio, failed=False)
         if plan is False:
             return False  # (warned) the plan in force, for every batch, runs it
+        if self._id(plan) == self._every:
+            return False  # the plan for every batch, which at_enter left in force
         if plan is None:
             plan = self.budget._race.plan  # the profiled length's, and shorter ones'
         if self._same(plan, self.budget.plan):

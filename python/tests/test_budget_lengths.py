@@ -324,6 +324,28 @@ def test_after_the_warm_up_each_batch_runs_the_plan_for_the_shortest_length_plan
     assert joint.plan["for_ratio"] == (1.5 if in_time else 2.0)  # (the last step's: 40)
 
 
+def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
+    # The tests that put a plan in force by hand after the warm-up
+    # (budget_testing.forced_plan: test_gpu_budget.py, loop_doors.py) rely
+    # on this: where no batch longer than the profiled one has come, the
+    # first call's plan for the batch is the race's, the plan for every
+    # batch, and nothing is put in force in its place (GPU run 157, before
+    # this: a forced selective-offload plan was replaced by the race's at
+    # its first forward). Steps bit-identical.
+    from budget_testing import forced_plan
+    model, ctx, probe = _scripted(0.8, allow_offload=False)
+    joint = ctx.joint_budget
+    it = _warmed_up(model, ctx)
+    forced = forced_plan(joint, {0: "keep", 1: "keep", 2: "keep", 3: "recompute"})
+    assert not joint.same_plan(forced, joint._race.plan)
+    joint._apply(forced)
+    for length in (32, 32, 24):
+        x = _batch(length, it)
+        it += 1
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        assert joint.plan is forced, length
+
+
 def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # Offloading allowed: the steady state keeps the engine and its unit
     # hooks; the plan for a batch of 48 is the one the race makes for it
