@@ -974,6 +974,46 @@ def test_after_the_warm_up_a_checked_plan_in_gradient_accumulation_or_raising_lo
     assert all(peak <= joint.budget_bytes for peak in peaks), (peaks, joint.budget_bytes)
 
 
+@pytest.mark.parametrize("allow_offload", [False, True])
+def test_after_the_warm_up_batches_of_several_lengths_in_one_accumulation_or_raising_lose_nothing(
+        allow_offload):
+    # After the warm-up on 32 tokens and a batch of 48 (a rung), batches
+    # of 32, 48 and 40 come as three forwards before one backward (each on
+    # its length's plan and engine loop where the forward can be set up
+    # again at its first call: the race's, 48's, 48's), then a forward of 32
+    # that raises midway (caught by the loop), then plain steps of each
+    # length. Every step bit-identical to the same step without the budget;
+    # at the end no loop holds an iteration (nothing leaked), and the plan
+    # in force after a step of 48 is the one for 48.
+    model, ctx, probe = _scripted(0.75 if allow_offload else 0.8, allow_offload=allow_offload)
+    joint = ctx.joint_budget
+    if allow_offload:
+        _peaks_as_planned(probe, joint)
+    it = _warmed_up(model, ctx)
+    fail = _raising_once(model.layers[1])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        for length in (32, 48, 48):
+            x = _batch(length, it)
+            it += 1
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        assert joint.lengths.rungs() and joint.plan["for_ratio"] == 1.5
+        batches = [_batch(32, it), _batch(48, it + 1), _batch(40, it + 2)]
+        assert_identical(_accumulated(model, batches), _accumulated(model, batches, ctx))
+        fail.append(1)
+        with pytest.raises(RuntimeError, match="a bad batch"):
+            with ctx:
+                model(_batch(32, it + 3))
+        for seed, length in enumerate((32, 48, 40, 32, 48), start=it + 4):
+            x = _batch(length, seed)
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+    assert joint.plan["for_ratio"] == 1.5
+    import gc
+    gc.collect()
+    loops = list(joint._loops.values()) + joint._retired + [ctx.offloader]
+    assert all(loop.live_iterations() == 0 for loop in loops)
+
+
 def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_nothing():
     # In the race, under a plan that offloads: a batch of 48 between two
     # of 32 before one backward (its plan alone, torch ≥ 2.8, while theirs
