@@ -1001,9 +1001,11 @@ def test_after_the_warm_up_batches_of_several_lengths_in_one_accumulation_or_rai
         batches = [_batch(32, it), _batch(48, it + 1), _batch(40, it + 2)]
         assert_identical(_accumulated(model, batches), _accumulated(model, batches, ctx))
         fail.append(1)
-        with pytest.raises(RuntimeError, match="a bad batch"):
-            with ctx:
-                model(_batch(32, it + 3))
+        with warnings.catch_warnings():  # (an offloading plan's loop says what it dropped)
+            warnings.filterwarnings("ignore", message="actoffload: AbandonIteration")
+            with pytest.raises(RuntimeError, match="a bad batch"):
+                with ctx:
+                    model(_batch(32, it + 3))
         for seed, length in enumerate((32, 48, 40, 32, 48), start=it + 4):
             x = _batch(length, seed)
             assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
