@@ -13,8 +13,10 @@ bool SameSchedule(const JointPlan& a, const JointPlan& b) {
          a.reloaded_during == b.reloaded_during;
 }
 
-LongerBatches::LongerBatches(JointRace& race, int checked_steps)
-    : race_(race), checked_steps_(checked_steps) {}
+LongerBatches::LongerBatches(JointRace& race, int checked_steps, int max_rungs)
+    : race_(race),
+      checked_steps_(checked_steps),
+      max_rungs_(static_cast<size_t>(std::max(max_rungs, 1))) {}
 
 LongerBatches::Key LongerBatches::KeyOf(const LongerPlan& plan) {
   const JointPlan& p = plan.length.plan;
@@ -35,11 +37,12 @@ void LongerBatches::Arm(int id) {
   if (checked_steps_ > 0) checks_[id] = checked_steps_;
 }
 
-void LongerBatches::TakeRung(const LongerPlan& plan) {
+bool LongerBatches::TakeRung(const LongerPlan& plan) {
   const auto rung = rungs_.find(plan.ratio);
-  if (rung == rungs_.end()) return;  // (a plan of the race's, not a rung's)
+  if (rung == rungs_.end()) return false;  // (the race's, or a rung dropped since)
   if (rung->second != plan.id) checks_.erase(rung->second);
   rung->second = plan.id;
+  return true;
 }
 
 StatusOr<std::optional<LongerPlan>> LongerBatches::ForOneForward(double ratio) {
@@ -93,7 +96,30 @@ StatusOr<std::optional<LongerPlan>> LongerBatches::Longest(double ratio) {
   const LongerPlan& plan = Keep(ratio, std::move(length));
   rungs_[ratio] = plan.id;
   Arm(plan.id);
+  PruneRungs();
   return std::optional(plan);
+}
+
+void LongerBatches::PruneRungs() {
+  auto drop = [this](std::map<double, int>::iterator rung) {
+    checks_.erase(rung->second);
+    return rungs_.erase(rung);
+  };
+  for (auto rung = rungs_.begin(); rung != rungs_.end() && std::next(rung) != rungs_.end();) {
+    const JointPlan& longer = plans_.at(std::next(rung)->second).length.plan;
+    rung = SameSchedule(plans_.at(rung->second).length.plan, longer) ? drop(rung)
+                                                                     : std::next(rung);
+  }
+  while (rungs_.size() > max_rungs_) {
+    auto nearest = rungs_.begin();
+    for (auto rung = rungs_.begin(); std::next(rung) != rungs_.end(); ++rung) {
+      if (std::next(rung)->first / rung->first <
+          std::next(nearest)->first / nearest->first) {
+        nearest = rung;
+      }
+    }
+    drop(nearest);
+  }
 }
 
 StatusOr<std::optional<LongerPlan>> LongerBatches::ForBatch(double ratio) {
@@ -166,8 +192,7 @@ StatusOr<LongerBatches::GivingWay> LongerBatches::OutOfMemory(int failed,
     LongerPlan candidate{0, lost.ratio, *below};
     if (failed_.count(KeyOf(candidate)) == 0) {
       out.plan = Keep(lost.ratio, std::move(*below));
-      TakeRung(*out.plan);
-      Arm(out.plan->id);
+      if (TakeRung(*out.plan)) Arm(out.plan->id);
       return out;
     }
   } else {

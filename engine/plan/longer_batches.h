@@ -25,6 +25,7 @@
 #ifndef OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
 #define OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -52,10 +53,13 @@ bool SameSchedule(const JointPlan& a, const JointPlan& b);
 class LongerBatches {
  public:
   // `checked_steps` (>= 0): how many steps on batches of its length a plan
-  // made after the warm-up has its peak checked.
+  // made after the warm-up has its peak checked. `max_rungs` (>= 1): the
+  // most rungs kept (each is a plan the caller keeps an engine loop for,
+  // with its host buffers).
   // REQUIRES: `race` outlives this object, and its Start() succeeded before
   //   any call below.
-  LongerBatches(JointRace& race, int checked_steps);
+  LongerBatches(JointRace& race, int checked_steps, int max_rungs = kMaxRungs);
+  static constexpr int kMaxRungs = 4;
 
   // --- In the race -----------------------------------------------------------
   // A forward's batch is `ratio` times the profiled one's size, as its
@@ -95,7 +99,13 @@ class LongerBatches {
   // A batch `ratio` times the profiled one's size. Where it is longer than
   // every batch planned for so far (and than the profiled one), the plan
   // for it, a new rung, the longest: its next checked_steps steps on
-  // batches of its length are checked (CheckBegins). Else none.
+  // batches of its length are checked (CheckBegins). Else none. A shorter
+  // rung whose plan runs as the next longer rung's does is dropped (its
+  // batches run that one, alike); then, beyond max_rungs, the rung
+  // nearest below the next longer one (by ratio) is dropped, its batches
+  // running that one, until max_rungs are left.
+  // Why: lengths that grow step by step (a sequence-length warm-up) would
+  // make a rung, an engine loop and its host buffers per length.
   // Errors: PlanForLength's; the length counts as planned for all the same
   //   (no rung is made for it: the longest rung's plan serves it).
   StatusOr<std::optional<LongerPlan>> Longest(double ratio);
@@ -153,7 +163,8 @@ class LongerBatches {
   struct GivingWay {
     // The plan for the failed plan's length predicted below it, which has
     // not failed at that length: it takes that length's rung, checked in
-    // turn.
+    // turn (where the rung was dropped since, it runs until the next
+    // forward's plan for every batch, unchecked).
     std::optional<LongerPlan> plan;
     // Else, where nonzero, the plan a whole step of that length ran last
     // since that length's first failure: it takes the rung again.
@@ -184,12 +195,16 @@ class LongerBatches {
   static Key KeyOf(const LongerPlan& plan);
   const LongerPlan& Keep(double ratio, LengthPlan length);
   void Arm(int id);
-  // Plan `id` takes the rung at its length, where that length has one (a
-  // plan made after the warm-up); the checks of the plan it replaces end.
-  void TakeRung(const LongerPlan& plan);
+  // `plan` takes the rung at its length, where that length has one (a
+  // plan made after the warm-up, its rung not dropped since); the checks
+  // of the plan it replaces end. Returns whether it did.
+  bool TakeRung(const LongerPlan& plan);
+  // Drops rungs as Longest says, the longest never.
+  void PruneRungs();
 
   JointRace& race_;
   const int checked_steps_;
+  const size_t max_rungs_;
   int next_id_ = 1;
   std::map<int, LongerPlan> plans_;
   double longest_ = 1.0;  // the longest batch planned for after the warm-up

@@ -154,37 +154,38 @@ TEST(LongerBatchesTest, AfterTheWarmUpOnlyTheLongestYetGetsAPlanAndItIsChecked) 
 }
 
 TEST(LongerBatchesTest, AfterTheWarmUpABatchRunsThePlanOfTheShortestRungAtOrAboveIt) {
-  // Rungs at 1.2 (every unit kept: 1440 of the units' 1500) and 2.0
-  // (recompute). The race's own plan serves 1.0 and below; 1.1 and 1.2
-  // the plan for 1.2; 1.5 the one for 2.0; 2.5, the longest yet, a rung
-  // of its own, then every batch where its size is not known in time.
+  // Rungs at 1.2 (every unit kept: 1440 of the units' 1500) and 1.5 (two
+  // units recomputed). The race's own plan serves 1.0 and below; 1.1 and
+  // 1.2 the plan for 1.2; 1.3 and 1.5 the one for 1.5; 2.0 (three
+  // recomputed), the longest yet, a rung of its own, then every batch
+  // where its size is not known in time.
   JointRace race = Started(1800, 300);
   LongerBatches longer(race, kChecks);
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_12, longer.ForBatch(1.2));
   ASSERT_TRUE(at_12.has_value());
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_20, longer.ForBatch(2.0));
-  ASSERT_TRUE(at_20.has_value());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_15, longer.ForBatch(1.5));
+  ASSERT_TRUE(at_15.has_value());
   EXPECT_THAT(at_12->length.plan.choice, Each(UnitChoice::kKeep));
-  EXPECT_THAT(at_20->length.plan.choice, Contains(UnitChoice::kRecompute));
+  EXPECT_THAT(at_15->length.plan.choice, Contains(UnitChoice::kRecompute));
   for (const double profiled_or_shorter : {0.5, 1.0}) {
     ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(profiled_or_shorter));
     EXPECT_FALSE(none.has_value());
   }
   for (const auto& [ratio, id] : std::vector<std::pair<double, int>>{
            {1.1, at_12->id}, {1.2, at_12->id}, {1.2 * (1 - 1e-12), at_12->id},
-           {1.5, at_20->id}, {2.0, at_20->id}}) {
+           {1.3, at_15->id}, {1.5, at_15->id}}) {
     ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
     ASSERT_TRUE(plan.has_value()) << ratio;
     EXPECT_EQ(plan->id, id) << ratio;
   }
+  EXPECT_EQ(longer.ForEveryBatch()->id, at_15->id);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_20, longer.ForBatch(2.0));
+  ASSERT_TRUE(at_20.has_value());
+  EXPECT_EQ(at_20->ratio, 2.0);
   EXPECT_EQ(longer.ForEveryBatch()->id, at_20->id);
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_25, longer.ForBatch(2.5));
-  ASSERT_TRUE(at_25.has_value());
-  EXPECT_EQ(at_25->ratio, 2.5);
-  EXPECT_EQ(longer.ForEveryBatch()->id, at_25->id);
   std::vector<int> rungs;
   for (const LongerPlan& rung : longer.Rungs()) rungs.push_back(rung.id);
-  EXPECT_EQ(rungs, (std::vector<int>{at_12->id, at_20->id, at_25->id}));
+  EXPECT_EQ(rungs, (std::vector<int>{at_12->id, at_15->id, at_20->id}));
   // Each rung is checked, whichever ran between its steps.
   for (const int id : rungs) EXPECT_TRUE(longer.CheckBegins(id)) << id;
   // A length no plan can be made for is said once; then its batches, and
@@ -192,8 +193,56 @@ TEST(LongerBatchesTest, AfterTheWarmUpABatchRunsThePlanOfTheShortestRungAtOrAbov
   EXPECT_FALSE(longer.ForBatch(kInfinite).ok());
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> above, longer.ForBatch(kInfinite));
   ASSERT_TRUE(above.has_value());
-  EXPECT_EQ(above->id, at_25->id);
+  EXPECT_EQ(above->id, at_20->id);
   EXPECT_EQ(longer.Rungs().size(), 3u);
+}
+
+TEST(LongerBatchesTest, LengthsThatGrowStepByStepKeepAtMostMaxRungs) {
+  // A sequence-length warm-up: every batch a little longer than the last.
+  // A rung whose plan runs as the next longer one's goes; beyond three
+  // rungs, the one nearest below the next goes. The longest stays; every
+  // batch still runs a rung at or above it; a dropped rung's checks end.
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks, /*max_rungs=*/3);
+  std::vector<LongerPlan> made;
+  for (double ratio = 1.05; ratio < 2.6; ratio += 0.05) {
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
+    ASSERT_TRUE(plan.has_value()) << ratio;
+    EXPECT_EQ(plan->ratio, ratio);
+    made.push_back(*plan);
+    const std::vector<LongerPlan> rungs = longer.Rungs();
+    ASSERT_LE(rungs.size(), 3u) << ratio;
+    EXPECT_EQ(rungs.back().id, plan->id);
+    for (size_t i = 0; i + 1 < rungs.size(); ++i) {
+      EXPECT_FALSE(SameSchedule(rungs[i].length.plan, rungs[i + 1].length.plan)) << ratio;
+    }
+  }
+  const std::vector<LongerPlan> rungs = longer.Rungs();
+  EXPECT_GE(rungs.size(), 2u);  // (choices do differ along the way)
+  for (const LongerPlan& plan : made) {
+    const bool a_rung = std::any_of(rungs.begin(), rungs.end(),
+                                    [&](const LongerPlan& r) { return r.id == plan.id; });
+    EXPECT_EQ(longer.CheckBegins(plan.id), a_rung) << plan.ratio;
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> serves, longer.ForBatch(plan.ratio));
+    ASSERT_TRUE(serves.has_value());
+    EXPECT_GE(serves->ratio, plan.ratio);
+  }
+}
+
+TEST(LongerBatchesTest, ARungThatRunsAsTheNextLongerOneGoes) {
+  // 1.1 and 1.2 keep every unit (1320 and 1440 of the units' 1500): the
+  // rung for 1.1 goes when 1.2's comes, and its batches run 1.2's plan.
+  JointRace race = Started(1800, 300);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_11, longer.ForBatch(1.1));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_12, longer.ForBatch(1.2));
+  ASSERT_TRUE(at_11.has_value() && at_12.has_value());
+  ASSERT_TRUE(SameSchedule(at_11->length.plan, at_12->length.plan));
+  ASSERT_EQ(longer.Rungs().size(), 1u);
+  EXPECT_EQ(longer.Rungs()[0].id, at_12->id);
+  EXPECT_FALSE(longer.CheckBegins(at_11->id));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> serves, longer.ForBatch(1.1));
+  EXPECT_EQ(serves->id, at_12->id);
 }
 
 TEST(LongerBatchesTest, WithoutRungsTheRacesPlanServesEveryBatch) {
@@ -416,7 +465,7 @@ TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
 // or above it; every plan made validates and, where it
 // names no larger budget, fits the one it was made for; a plan that ran out
 // of memory at its length is never given again there; the growth never
-// falls; only rungs' plans are checked; a check of a plan not
+// falls; only rungs' plans are checked, and at most kMaxRungs are kept; a check of a plan not
 // checked is refused and changes nothing.
 RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
   const int n = *rc::gen::inRange(2, 6);
@@ -528,6 +577,7 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
     RC_ASSERT(race.length_exponent() >= exponent);
     // Rungs only for lengths planned for; only rungs' plans are checked.
     const std::vector<LongerPlan> rungs = longer.Rungs();
+    RC_ASSERT(rungs.size() <= static_cast<size_t>(LongerBatches::kMaxRungs));
     for (size_t i = 0; i < rungs.size(); ++i) {
       RC_ASSERT(rungs[i].ratio > 1.0 && rungs[i].ratio <= longest);
       RC_ASSERT(i == 0 || rungs[i - 1].ratio < rungs[i].ratio);

@@ -91,6 +91,10 @@ WARMUP_ITERATIONS = 40
 RUNS_PER_CANDIDATE = 3
 # The kept plan's peak is checked in this many iterations after warm-up.
 CHECKED_ITERATIONS = 4
+# After the warm-up, the most lengths with a plan (and an engine loop, with
+# its host buffers) of their own (LongerBatches' rungs): lengths that grow
+# step by step (a sequence-length warm-up) would make one per length.
+LENGTH_RUNGS = 4
 # The plan leaves this share of the budget spare (allocator rounding).
 _MARGIN = 0.01
 # A measured peak fits within one allocator block above the budget

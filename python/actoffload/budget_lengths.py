@@ -80,8 +80,8 @@ class LongerBatches:
     def race_started(self, race):
         """The budget's race (_C.JointRace) started: the engine's
         LongerBatches plans with it from now on."""
-        from .budget import CHECKED_ITERATIONS
-        self._engine = _common.ext().LongerBatches(race, CHECKED_ITERATIONS)
+        from .budget import CHECKED_ITERATIONS, LENGTH_RUNGS
+        self._engine = _common.ext().LongerBatches(race, CHECKED_ITERATIONS, LENGTH_RUNGS)
 
     @property
     def seen(self):

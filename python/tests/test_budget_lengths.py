@@ -324,6 +324,46 @@ def test_after_the_warm_up_each_batch_runs_the_plan_for_the_shortest_length_plan
     assert joint.plan["for_ratio"] == (1.5 if in_time else 2.0)  # (the last step's: 40)
 
 
+def test_after_the_warm_up_lengths_that_grow_step_by_step_keep_a_few_plans_and_loops(monkeypatch):
+    # A sequence-length warm-up after the budget's: every batch a token
+    # longer than the last, 33 to 64, then batches of several lengths
+    # again. Each new length gets its plan; plans of four kinds of choices
+    # come (two to five units recomputed), but at most LENGTH_RUNGS lengths
+    # (two here) keep one, and an engine loop with its host buffers: the
+    # loops of the others are let go. Before, each length kept its loop.
+    # Every batch still runs a plan made for a length at or above its own,
+    # and every step is bit-identical.
+    from actoffload import budget
+    monkeypatch.setattr(budget, "LENGTH_RUNGS", 2)
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    joint = ctx.joint_budget
+    it = _warmed_up(model, ctx)
+    kinds, made = set(), joint.lengths._made
+
+    def recorded(*args, **kwargs):
+        plan = made(*args, **kwargs)
+        if plan:
+            kinds.add(tuple(plan["choice"]))
+        return plan
+    joint.lengths._made = recorded
+    ran, kept = [], []
+    model.head.register_forward_pre_hook(
+        lambda module, args: ran.append((args[0].shape[1], joint.plan)) if ctx._active else None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        for length in list(range(33, 65)) + [32, 40, 50, 60, 64, 36]:
+            x = _batch(length, it)
+            it += 1
+            assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+            kept.append((len(joint.lengths.rungs()), len(joint._loops)))
+    assert len(kinds) >= 3
+    assert max(rungs for rungs, _ in kept) == 2
+    assert all(loops <= 3 for _, loops in kept), kept  # (the race's plan's too)
+    assert joint.lengths.rungs()[-1]["for_ratio"] == 2.0
+    for length, plan in ran[-6:]:
+        assert plan.get("for_ratio", 1.0) * 32 >= length, (length, plan)
+
+
 def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
     # The tests that put a plan in force by hand after the warm-up
     # (budget_testing.forced_plan: test_gpu_budget.py, loop_doors.py) rely

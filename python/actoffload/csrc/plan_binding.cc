@@ -190,13 +190,15 @@ void BindLongerBatches(py::module& m) {
       "longer than the profiled one serves when. Plans are dicts with "
       "needs_budget, for_ratio and length_id (the number the calls below "
       "take); an engine error raises.")
-      .def(py::init([](offload::JointRace& race, int checked_steps) {
+      .def(py::init([](offload::JointRace& race, int checked_steps, int max_rungs) {
              if (checked_steps < 0) {
                throw py::value_error("checked_steps must be at least 0");
              }
-             return std::make_unique<offload::LongerBatches>(race, checked_steps);
+             if (max_rungs < 1) throw py::value_error("max_rungs must be at least 1");
+             return std::make_unique<offload::LongerBatches>(race, checked_steps, max_rungs);
            }),
-           py::keep_alive<1, 2>(), py::arg("race"), py::arg("checked_steps"))
+           py::keep_alive<1, 2>(), py::arg("race"), py::arg("checked_steps"),
+           py::arg("max_rungs") = static_cast<int>(offload::LongerBatches::kMaxRungs))
       .def("for_one_forward",
            [](offload::LongerBatches& l, double ratio) {
              return LongerOrNone(l.ForOneForward(ratio));
