@@ -5,14 +5,14 @@ fraction of the same batch's peak without the package (measured once per
 length first), the step time, whether the warm-up is still measuring, and
 what the package said or raised.
 
-    PYTHONPATH=python python bench/results/2026-12-11-session26/varlen_budget.py [fraction] [lengths] [steps] [attention]
+    PYTHONPATH=python python bench/results/2026-12-11-session26/varlen_budget.py [fraction] [lengths] [steps] [attention] [hidden]
 
 (session 25's script, which is session 15's with the attention kind as its
 fourth argument, the warnings about storages the caller still holds left
 out, and the race's fitted growth printed at the end; here each step also
 prints the length its plan was made for ("for", 1.00: the race's own) and
 its choices, K keep, O offload, R recompute, S selective, Q
-selective-offload)
+selective-offload; a fifth argument sets the hidden size, 2048 unless given)
 """
 import sys
 import time
@@ -28,7 +28,8 @@ lengths = [int(n) for n in (sys.argv[2] if len(sys.argv) > 2 else
                             "2048,1536,2560,1024,3072,2048").split(",")]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 48
 attention = sys.argv[4] if len(sys.argv) > 4 else "sdpa"
-model = build_model("llama", 2048, 8, attention, 0, vocab=8192)
+hidden = int(sys.argv[5]) if len(sys.argv) > 5 else 2048
+model = build_model("llama", hidden, 8, attention, 0, vocab=8192)
 gen = torch.Generator().manual_seed(0)
 LETTER = {"keep": "K", "offload": "O", "recompute": "R", "selective": "S",
           "selective-offload": "Q"}
