@@ -118,6 +118,54 @@ StatusOr<LengthPlan> PlanForLength(const JointRace& race, double ratio) {
   return PlanWithin(race, ratio, race.units_budget());
 }
 
+StatusOr<std::optional<LengthPlan>> PlanForShorter(const JointRace& race, double ratio) {
+  if (!(ratio > 0 && ratio < 1)) {
+    return InvalidArgumentError("plan for a shorter batch: ratio " + std::to_string(ratio) +
+                                " is not between 0 and 1");
+  }
+  LengthPlan out;
+  JointProblem& p = out.problem;
+  for (const UnitCost& u : race.units()) p.units.push_back(ScaledUnit(u, ratio, ratio));
+  p.d2h_gbps = race.d2h_gbps();
+  p.h2d_gbps = race.h2d_gbps();
+  p.allow_offload = race.allow_offload();
+  p.allow_recompute = race.allow_recompute();
+  p.budget = race.units_budget();
+  // From the race's plan, which ran: a re-run unit at a time no longer
+  // re-run (kept, or offloaded where the model's forward rule says), the
+  // one the model gains most by, while the step it predicts falls and the
+  // units fit. Lighter plans only: none re-runs or offloads by choice a
+  // unit the race's plan did not.
+  StatusOr<JointPlan> plan = EvaluateJoint(p, race.plan().choice);
+  if (!plan.ok()) return std::optional<LengthPlan>();  // (the race's plan serves)
+  for (bool lighter = true; lighter;) {
+    lighter = false;
+    std::optional<JointPlan> best;
+    for (size_t i = 0; i < plan->choice.size(); ++i) {
+      const UnitChoice c = plan->choice[i];
+      if (c != UnitChoice::kRecompute && c != UnitChoice::kSelective &&
+          c != UnitChoice::kSelectiveOffload) {
+        continue;
+      }
+      std::vector<UnitChoice> trial = plan->choice;
+      trial[i] = UnitChoice::kKeep;
+      StatusOr<JointPlan> t = EvaluateJoint(p, trial);
+      if (t.ok() && t->step_ns < (best ? best->step_ns : plan->step_ns)) best = *std::move(t);
+    }
+    if (best.has_value()) {
+      plan = *std::move(best);
+      lighter = true;
+    }
+  }
+  const JointPlan& own = race.plan();
+  if (plan->choice == own.choice && plan->released_during == own.released_during &&
+      plan->reloaded_during == own.reloaded_during) {
+    return std::optional<LengthPlan>();
+  }
+  out.plan = *std::move(plan);
+  return std::optional<LengthPlan>(std::move(out));
+}
+
 StatusOr<LengthPlan> PlanForLengthBelow(JointRace& race, double ratio,
                                         int64_t failed_peak_bytes) {
   OFFLOAD_RETURN_IF_ERROR(CheckRatio(ratio));

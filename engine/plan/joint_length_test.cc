@@ -5,6 +5,7 @@
 
 #include "engine/plan/joint_length.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -113,6 +114,35 @@ TEST(JointLengthTest, OffloadingPlansAreScaledToo) {
   EXPECT_LE(longer.plan.peak_bytes, 900);
   EXPECT_GT(longer.plan.offloaded_bytes, 0);  // twice 300 a unit: 600 each
   EXPECT_OK(ValidateJointPlan(longer.plan, longer.problem));
+}
+
+TEST(JointLengthTest, AShorterBatchsPlanIsTheRacesLightenedWithinTheUnitsBudget) {
+  // 800, 100 of it beside the units: the race re-runs two of four units
+  // (300 bytes each). At
+  // 0.75 one of them is kept (the units at 225 each); at 0.5 both; the
+  // bytes beside the units are not taken to shrink. Ratios outside (0, 1)
+  // are refused; where the race's plan is the lightest, none.
+  JointRace race = Started(800, 100);
+  ASSERT_EQ(race.units_budget(), 700);
+  ASSERT_EQ(std::count(race.plan().choice.begin(), race.plan().choice.end(),
+                       UnitChoice::kRecompute), 2);
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> at_75, PlanForShorter(race, 0.75));
+  ASSERT_TRUE(at_75.has_value());
+  EXPECT_EQ(at_75->problem.budget, race.units_budget());
+  EXPECT_EQ(at_75->problem.units[0].saved_bytes, 225);
+  EXPECT_EQ(std::count(at_75->plan.choice.begin(), at_75->plan.choice.end(),
+                       UnitChoice::kRecompute), 1);
+  EXPECT_LE(at_75->plan.peak_bytes, race.units_budget());
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> at_50, PlanForShorter(race, 0.5));
+  ASSERT_TRUE(at_50.has_value());
+  EXPECT_THAT(at_50->plan.choice, Each(UnitChoice::kKeep));
+  for (const double ratio : {0.0, 1.0, 1.5, std::nan("")}) {
+    EXPECT_EQ(PlanForShorter(race, ratio).status().code(), StatusCode::kInvalidArgument)
+        << ratio;
+  }
+  JointRace roomy = Started(2000, 100);
+  ASSERT_OK_AND_ASSIGN(std::optional<LengthPlan> none, PlanForShorter(roomy, 0.5));
+  EXPECT_FALSE(none.has_value());
 }
 
 TEST(JointLengthTest, APlanForALongerBatchThatRanOutOfMemoryGivesWayToOnePredictedLower) {

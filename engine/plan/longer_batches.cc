@@ -105,16 +105,22 @@ void LongerBatches::PruneRungs() {
     checks_.erase(rung->second);
     return rungs_.erase(rung);
   };
+  // The next longer plan's length: the race's own (1) between the shorter
+  // rungs and the longer ones.
+  auto next_length = [](std::map<double, int>::iterator rung) {
+    const double next = std::next(rung)->first;
+    return rung->first < 1 && next > 1 ? 1.0 : next;
+  };
   for (auto rung = rungs_.begin(); rung != rungs_.end() && std::next(rung) != rungs_.end();) {
     const JointPlan& longer = plans_.at(std::next(rung)->second).length.plan;
-    rung = SameSchedule(plans_.at(rung->second).length.plan, longer) ? drop(rung)
-                                                                     : std::next(rung);
+    const bool alike = next_length(rung) == std::next(rung)->first &&
+                       SameSchedule(plans_.at(rung->second).length.plan, longer);
+    rung = alike ? drop(rung) : std::next(rung);
   }
   while (rungs_.size() > max_rungs_) {
     auto nearest = rungs_.begin();
     for (auto rung = rungs_.begin(); std::next(rung) != rungs_.end(); ++rung) {
-      if (std::next(rung)->first / rung->first <
-          std::next(nearest)->first / nearest->first) {
+      if (next_length(rung) / rung->first < next_length(nearest) / nearest->first) {
         nearest = rung;
       }
     }
@@ -123,16 +129,37 @@ void LongerBatches::PruneRungs() {
 }
 
 StatusOr<std::optional<LongerPlan>> LongerBatches::ForBatch(double ratio) {
+  // (A ratio read from sizes may be a rounding off.)
+  if (ratio > 0 && ratio < 1 - 1e-9) return ForShorter(ratio);
   OFFLOAD_ASSIGN_OR_RETURN(std::optional<LongerPlan> made, Longest(ratio));
-  if (made.has_value() || !(ratio > 1.0) || rungs_.empty()) return made;
-  // The shortest rung at or above it (a ratio read from sizes a rounding off).
+  if (made.has_value() || !(ratio > 1.0)) return made;
+  // The shortest rung at or above it, else the longest.
   auto rung = rungs_.lower_bound(ratio * (1 - 1e-9));
-  if (rung == rungs_.end()) rung = std::prev(rung);
+  if (rung == rungs_.end()) {
+    if (rungs_.empty() || !(rungs_.rbegin()->first > 1)) return std::optional<LongerPlan>();
+    rung = std::prev(rung);
+  }
   return std::optional(plans_.at(rung->second));
 }
 
+std::optional<LongerPlan> LongerBatches::ForShorter(double ratio) {
+  if (ratio < shortest_) {
+    shortest_ = ratio;
+    StatusOr<std::optional<LengthPlan>> length = PlanForShorter(race_, ratio);
+    if (length.ok() && length->has_value()) {
+      const LongerPlan& plan = Keep(ratio, std::move(**length));
+      rungs_[ratio] = plan.id;
+      Arm(plan.id);
+      PruneRungs();
+    }
+  }
+  const auto rung = rungs_.lower_bound(ratio * (1 - 1e-9));
+  if (rung == rungs_.end() || !(rung->first < 1)) return std::nullopt;  // the race's
+  return plans_.at(rung->second);
+}
+
 std::optional<LongerPlan> LongerBatches::ForEveryBatch() const {
-  if (rungs_.empty()) return std::nullopt;
+  if (rungs_.empty() || !(rungs_.rbegin()->first > 1)) return std::nullopt;
   return plans_.at(rungs_.rbegin()->second);
 }
 
@@ -151,6 +178,16 @@ StatusOr<LongerBatches::CheckedStep> LongerBatches::StepChecked(
                                    "steps are not checked");
   }
   const LongerPlan checked = plans_.at(id);
+  if (checked.ratio < 1) {  // a shorter batch's: it holds, or its rung goes
+    CheckedStep out;
+    if (measured_peak_bytes <= race_.budget() + race_.options().tolerance_bytes) {
+      if (--left->second == 0) checks_.erase(left);
+    } else {
+      checks_.erase(left);
+      out.dropped = rungs_.erase(checked.ratio) > 0;
+    }
+    return out;
+  }
   StatusOr<std::optional<LengthPlan>> made = PlanForLengthMeasured(
       race_, checked.ratio, checked.length.plan.peak_bytes,
       checked.length.needs_budget, measured_peak_bytes);
@@ -181,6 +218,15 @@ StatusOr<LongerBatches::GivingWay> LongerBatches::OutOfMemory(int failed,
   }
   const LongerPlan lost = *found;
   GivingWay out;
+  if (lost.ratio < 1) {  // a shorter batch's: its rung goes
+    const auto rung = rungs_.find(lost.ratio);
+    if (rung != rungs_.end() && rung->second == failed) {
+      checks_.erase(failed);
+      rungs_.erase(rung);
+      out.dropped = true;
+    }
+    return out;
+  }
   out.first_at_length = true;
   for (const Key& key : failed_) {
     if (std::get<0>(key) == lost.ratio) out.first_at_length = false;

@@ -112,9 +112,14 @@ class LongerBatches {
 
   // The plan for a batch `ratio` times the profiled one's size, where its
   // size is known before its first unit: Longest(ratio) where that makes a
-  // plan; else the plan of the shortest rung at or above it, or of the
-  // longest rung where none is that long (a length no plan could be made
-  // for). None: the race's own plan serves it (ratio <= 1, or no rung).
+  // plan; for a batch shorter than the profiled one and than every one
+  // before it, PlanForShorter's, a rung of its own where it is lighter
+  // than the race's (checked as a longer rung is: a step over the budget
+  // drops it); else the plan of the shortest rung at or above it, or of
+  // the longest rung where none is that long (a length no plan could be
+  // made for). None: the race's own plan serves it (the profiled length,
+  // a shorter one with no rung at or above it below the profiled, or no
+  // rung at all).
   // Errors: Longest's (no rung changes).
   // Why: the longest's plan fits every shorter batch, but holds more than
   // it needs to: GPU run 154, Llama h2048 eager at 0.7 of the peak, batches
@@ -123,8 +128,8 @@ class LongerBatches {
   StatusOr<std::optional<LongerPlan>> ForBatch(double ratio);
 
   // The longest rung's plan, which serves every batch (a forward whose
-  // size is not known before its first unit runs it), or none: the race's
-  // own plan.
+  // size is not known before its first unit runs it), or none (no rung
+  // longer than the profiled batch): the race's own plan.
   std::optional<LongerPlan> ForEveryBatch() const;
 
   // The rungs' plans, shortest first.
@@ -152,6 +157,9 @@ class LongerBatches {
     // none holds less at that growth, and the checks end. Else it is
     // checked in turn.
     bool same = false;
+    // A shorter batch's plan measured over the budget: its rung is gone,
+    // and its batches run the next longer plan (no plan comes).
+    bool dropped = false;
   };
   // A checked step of plan `id`, on a batch of its length, peaked at
   // `measured_peak_bytes` above its forward's start. A step that held counts
@@ -175,6 +183,9 @@ class LongerBatches {
     // made failed at that length before. Where neither plan nor again,
     // the failed plan runs on (shorter batches would fit).
     Status why;
+    // The failed plan was a shorter batch's, holding its rung: the rung is
+    // gone, its batches run the next longer plan (nothing else is set).
+    bool dropped = false;
   };
   // After the warm-up, a step of plan `failed` ran out of device memory;
   // `held` is the plan the last step whose backward ended ran (0 where none
@@ -201,6 +212,8 @@ class LongerBatches {
   bool TakeRung(const LongerPlan& plan);
   // Drops rungs as Longest says, the longest never.
   void PruneRungs();
+  // ForBatch for a batch shorter than the profiled one.
+  std::optional<LongerPlan> ForShorter(double ratio);
 
   JointRace& race_;
   const int checked_steps_;
@@ -208,6 +221,7 @@ class LongerBatches {
   int next_id_ = 1;
   std::map<int, LongerPlan> plans_;
   double longest_ = 1.0;  // the longest batch planned for after the warm-up
+  double shortest_ = 1.0;  // the shortest batch planned for after the warm-up
   double seen_ = 1.0;     // the longest batch the race saw
   // The race's plan for its longest: (ratio, plan id or 0 where it failed).
   std::optional<std::pair<double, int>> race_plan_;

@@ -245,6 +245,85 @@ TEST(LongerBatchesTest, ARungThatRunsAsTheNextLongerOneGoes) {
   EXPECT_EQ(serves->id, at_12->id);
 }
 
+TEST(LongerBatchesTest, AShorterBatchRunsALighterPlanOfItsOwn) {
+  // A budget of 700: the race's plan re-runs two units. A batch of 0.75,
+  // the shortest yet, gets a lighter plan (no unit re-run that the race's
+  // keeps, fewer re-run), a rung checked in turn; 0.9 and 0.8, longer,
+  // run the race's. 0.5 gets its own, lighter still. The profiled length
+  // runs the race's; no shorter rung serves every batch.
+  JointRace race = Started(700, 0);
+  const std::vector<UnitChoice> own = race.plan().choice;
+  ASSERT_THAT(own, Contains(UnitChoice::kRecompute));
+  auto rerun = [](const std::vector<UnitChoice>& choice) {
+    return std::count(choice.begin(), choice.end(), UnitChoice::kRecompute);
+  };
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_75, longer.ForBatch(0.75));
+  ASSERT_TRUE(at_75.has_value());
+  EXPECT_EQ(at_75->ratio, 0.75);
+  EXPECT_LT(rerun(at_75->length.plan.choice), rerun(own));
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (own[i] != UnitChoice::kRecompute) {
+      EXPECT_NE(at_75->length.plan.choice[i], UnitChoice::kRecompute) << i;
+    }
+  }
+  EXPECT_LE(at_75->length.plan.peak_bytes, race.units_budget());
+  EXPECT_TRUE(longer.CheckBegins(at_75->id));
+  for (const double ratio : {0.9, 0.8}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
+    EXPECT_FALSE(plan.has_value()) << ratio;
+  }
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> again, longer.ForBatch(0.75));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->id, at_75->id);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_50, longer.ForBatch(0.5));
+  ASSERT_TRUE(at_50.has_value());
+  EXPECT_LT(rerun(at_50->length.plan.choice), rerun(at_75->length.plan.choice));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> profiled, longer.ForBatch(1.0));
+  EXPECT_FALSE(profiled.has_value());
+  EXPECT_FALSE(longer.ForEveryBatch().has_value());
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(1.5));
+  ASSERT_TRUE(none.has_value());  // a longer batch: the longest yet, its own
+  EXPECT_EQ(longer.ForEveryBatch()->id, none->id);
+}
+
+TEST(LongerBatchesTest, AShorterBatchsPlanOverTheBudgetOrOutOfMemoryGoes) {
+  JointRace race = Started(700, 0);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_75, longer.ForBatch(0.75));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_50, longer.ForBatch(0.5));
+  ASSERT_TRUE(at_75.has_value() && at_50.has_value());
+  // Within the budget: held; then over it: its rung goes, and 0.75's
+  // batches run the race's plan, not made again.
+  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep held, longer.StepChecked(at_75->id, 700));
+  EXPECT_FALSE(held.dropped);
+  EXPECT_FALSE(held.plan.has_value());
+  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over, longer.StepChecked(at_75->id, 701));
+  EXPECT_TRUE(over.dropped);
+  EXPECT_FALSE(over.plan.has_value());
+  EXPECT_FALSE(longer.CheckBegins(at_75->id));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(0.75));
+  EXPECT_FALSE(none.has_value());
+  // 0.5's plan runs out of memory: its rung goes too.
+  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(at_50->id, 0));
+  EXPECT_TRUE(way.dropped);
+  EXPECT_FALSE(way.plan.has_value());
+  EXPECT_EQ(way.again, 0);
+  ASSERT_OK_AND_ASSIGN(none, longer.ForBatch(0.5));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_TRUE(longer.Rungs().empty());
+}
+
+TEST(LongerBatchesTest, AShorterBatchWhoseLighterPlanIsTheRacesOwnGetsNoRung) {
+  // A budget every unit kept fits: the race's plan is the lightest.
+  JointRace race = Started(1500, 0);
+  ASSERT_THAT(race.plan().choice, Each(UnitChoice::kKeep));
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(0.5));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_TRUE(longer.Rungs().empty());
+}
+
 TEST(LongerBatchesTest, WithoutRungsTheRacesPlanServesEveryBatch) {
   // A longer batch whose plan cannot be made leaves no rung: the race's
   // own plan, in force, serves on.
@@ -519,10 +598,12 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
         StatusOr<std::optional<LongerPlan>> plan = longer.ForBatch(ratio);
         longest = std::max(longest, ratio);
         if (!plan.ok() || !plan->has_value()) {
-          RC_ASSERT(!plan.ok() || ratio <= 1.0 || longer.Rungs().empty());
+          RC_ASSERT(!plan.ok() || ratio < 1.0 || ratio == 1.0 ||
+                    !longer.ForEveryBatch().has_value());
           break;
         }
-        RC_ASSERT(ratio > 1.0);
+        RC_ASSERT(ratio != 1.0);
+        RC_ASSERT(((*plan)->ratio < 1) == (ratio < 1));
         const std::vector<LongerPlan> rungs = longer.Rungs();
         bool a_rung = false;
         for (const LongerPlan& rung : rungs) {
@@ -531,6 +612,13 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
         }
         RC_ASSERT(a_rung);
         RC_ASSERT((*plan)->ratio >= ratio || (*plan)->id == longer.ForEveryBatch()->id);
+        if (ratio < 1) {  // lighter than the race's: it re-runs no unit the race's keeps
+          for (size_t i = 0; i < race.plan().choice.size(); ++i) {
+            if (race.plan().choice[i] == UnitChoice::kKeep) {
+              RC_ASSERT((*plan)->length.plan.choice[i] != UnitChoice::kRecompute);
+            }
+          }
+        }
         if (std::none_of(made.begin(), made.end(),
                          [&](const LongerPlan& p) { return p.id == (*plan)->id; })) {
           check_made(**plan);
@@ -579,7 +667,7 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
     const std::vector<LongerPlan> rungs = longer.Rungs();
     RC_ASSERT(rungs.size() <= static_cast<size_t>(LongerBatches::kMaxRungs));
     for (size_t i = 0; i < rungs.size(); ++i) {
-      RC_ASSERT(rungs[i].ratio > 1.0 && rungs[i].ratio <= longest);
+      RC_ASSERT(rungs[i].ratio != 1.0 && rungs[i].ratio <= longest);
       RC_ASSERT(i == 0 || rungs[i - 1].ratio < rungs[i].ratio);
     }
     for (const LongerPlan& plan : made) {

@@ -326,6 +326,10 @@ class LongerBatches:
         ratio = failed["for_ratio"]
         said = (f"actoffload: a step of the plan for batches {ratio:.2f} times the "
                 "profiled one's size ran out of device memory after the warm-up")
+        if way["dropped"]:  # a shorter batch's: from the next forward, the plan above it
+            warnings.warn(f"{said}; they run the plan for the next longer length from now on",
+                          stacklevel=5)
+            return
         plan = way["plan"]
         if plan is not None:
             self._said.add(plan["length_id"])  # (its needs_budget is not said again)
@@ -391,11 +395,18 @@ class LongerBatches:
         budget = self.budget
         peak = budget.probe.peak() - checking[1]
         try:
-            lower, same = self._engine.step_checked(self._id(plan), peak)
+            lower, same, dropped = self._engine.step_checked(self._id(plan), peak)
         except (RuntimeError, ValueError) as error:  # the engine's Status
             warnings.warn(f"actoffload: no plan for batches {ratio:.2f} times the profiled "
                           f"one's size after a step of theirs peaked at {peak} bytes ({error}); "
                           "the plan in force runs on", stacklevel=2)
+            return
+        if dropped:  # a shorter batch's lighter plan: from the next forward, the one above it
+            warnings.warn(
+                f"actoffload: a step of the lighter plan for batches {ratio:.2f} times the "
+                f"profiled one's size peaked at {peak} bytes above the forward's start, over "
+                f"the budget of {budget.budget_bytes}; they run the plan for the next longer "
+                "length from now on", stacklevel=2)
             return
         if lower is None:  # it holds
             return

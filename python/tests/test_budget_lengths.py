@@ -364,10 +364,58 @@ def test_after_the_warm_up_lengths_that_grow_step_by_step_keep_a_few_plans_and_l
         assert plan.get("for_ratio", 1.0) * 32 >= length, (length, plan)
 
 
+def test_after_the_warm_up_a_shorter_batch_runs_a_lighter_plan_until_a_step_of_it_is_over():
+    # After the warm-up on 32 tokens (the race's plan re-runs units), a
+    # batch of 16, the shortest yet, seen at its first call, runs a plan
+    # made for it: the race's with fewer units re-run, none that the race's
+    # keeps (engine PlanForShorter), within the budget. One of 24, longer
+    # than 16, runs the race's. Then the device holds more beside the
+    # model than the profile saw: a checked step of 16's plan peaks over
+    # the budget, is warned about once, and batches of 16 run the race's
+    # plan from then on. Every step bit-identical.
+    model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
+    joint = ctx.joint_budget
+    it = _warmed_up(model, ctx)
+    race = joint.unit_choices(joint._race.plan)
+    assert "recompute" in race
+    ran = []
+    model.head.register_forward_pre_hook(
+        lambda module, args: ran.append(joint.plan) if ctx._active else None)
+
+    def step(length):
+        nonlocal it
+        x = _batch(length, it)
+        it += 1
+        assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))
+        return ran[-1], probe.peak()
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        lighter, peak = step(16)
+        assert lighter["for_ratio"] == 0.5 and peak <= joint.budget_bytes
+        choices = joint.unit_choices(lighter)
+        assert choices.count("recompute") < race.count("recompute")
+        assert all(c != "recompute" for c, r in zip(choices, race) if r == "keep")
+        for length in (24, 32):
+            plan, peak = step(length)
+            assert plan.get("for_ratio", 1.0) == 1.0 and peak <= joint.budget_bytes, length
+        plan, _ = step(16)
+        assert plan["length_id"] == lighter["length_id"]
+    probe.over = joint.budget_bytes  # beside the model from now on
+    with pytest.warns(UserWarning, match="lighter plan for batches 0.50 times .* over the "
+                      "budget .* the next longer length from now on"):
+        step(16)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="actoffload")
+        for length in (16, 16):
+            plan, _ = step(length)
+            assert plan.get("for_ratio", 1.0) == 1.0, length
+
+
 def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
     # The tests that put a plan in force by hand after the warm-up
     # (budget_testing.forced_plan: test_gpu_budget.py, loop_doors.py) rely
-    # on this: where no batch longer than the profiled one has come, the
+    # on this: where no batch of another length than the profiled one has come, the
     # first call's plan for the batch is the race's, the plan for every
     # batch, and nothing is put in force in its place (GPU run 157, before
     # this: a forced selective-offload plan was replaced by the race's at
@@ -379,7 +427,7 @@ def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
     forced = forced_plan(joint, {0: "keep", 1: "keep", 2: "keep", 3: "recompute"})
     assert not joint.same_plan(forced, joint._race.plan)
     joint._apply(forced)
-    for length in (32, 32, 24):
+    for length in (32, 32, 32):  # (a shorter batch may get a lighter plan of its own)
         x = _batch(length, it)
         it += 1
         assert_identical(seeded_step(model, x), seeded_step(model, x, ctx))

@@ -258,9 +258,9 @@ void BindLongerBatches(py::module& m) {
              return py::make_tuple(
                  step.plan.has_value() ? py::object(LongerDict(*step.plan))
                                        : py::object(py::none()),
-                 step.same);
+                 step.same, step.dropped);
            },
-           "StepChecked: (plan or None, same)", py::arg("id"),
+           "StepChecked: (plan or None, same, dropped)", py::arg("id"),
            py::arg("measured_peak_bytes"))
       .def("out_of_memory",
            [](offload::LongerBatches& l, int failed, int held) {
@@ -273,10 +273,11 @@ void BindLongerBatches(py::module& m) {
              out["first_at_length"] = way.first_at_length;
              out["why"] = way.why.ok() ? py::object(py::none())
                                        : py::object(py::str(way.why.ToString()));
+             out["dropped"] = way.dropped;
              return out;
            },
            "OutOfMemory: a dict of plan (or None), again (a length_id or 0), "
-           "first_at_length and why (str or None)",
+           "first_at_length, why (str or None) and dropped",
            py::arg("failed"), py::arg("held"));
 }
 
