@@ -6,11 +6,13 @@
 //   - after the warm-up, a batch longer than every one before gets a plan
 //     for its length. The lengths planned for are rungs: a batch runs the
 //     plan of the shortest rung at or above its length (the race's own plan
-//     at or below the profiled length), where the caller can tell its
-//     length before its first unit; else the plan of the longest rung,
-//     which serves every batch. A rung's first steps on batches of its
-//     length are checked: a peak over the budget makes its plan anew with
-//     the growth it measured (PlanForLengthMeasured), checked in turn;
+//     at the profiled length), where the caller can tell its length before
+//     its first unit; else the plan of the longest rung, which serves every
+//     batch. A batch shorter than every one before gets a lighter plan
+//     (PlanForShorter), a rung below the profiled length. A rung's first
+//     steps on batches of its length are checked: a peak over the budget
+//     makes a longer rung's plan anew with the growth it measured
+//     (PlanForLengthMeasured), checked in turn, and drops a shorter rung;
 //   - a step of such a plan that runs out of device memory gives way to the
 //     plan for its length predicted below it, where that one has not failed
 //     there before (PlanForLengthBelow), else to the last plan a whole step
@@ -18,9 +20,9 @@
 // The caller (the PyTorch package's budget_lengths.py) sees the batches,
 // reads the peaks, applies the plans and warns; each plan made here carries
 // a number the caller hands back to name it; each is kept, so that any
-// number handed back names it (a few per length a run meets: lengths only
-// grow). Pure, as the race is: no backend, no clock, nothing but the race
-// it plans with.
+// number handed back names it (a few per length a run meets: the longest
+// only grow, the shortest only shrink). Pure, as the race is: no backend,
+// no clock, nothing but the race it plans with.
 
 #ifndef OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
 #define OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
