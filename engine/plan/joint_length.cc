@@ -38,6 +38,11 @@ UnitCost ScaledUnit(const UnitCost& unit, double bytes_ratio, double time_ratio)
   return u;
 }
 
+bool SameSchedule(const JointPlan& a, const JointPlan& b) {
+  return a.choice == b.choice && a.released_during == b.released_during &&
+         a.reloaded_during == b.reloaded_during;
+}
+
 namespace {
 
 Status CheckRatio(double ratio) {
@@ -48,23 +53,30 @@ Status CheckRatio(double ratio) {
   return OkStatus();
 }
 
-// The race's problem at a batch `ratio` times the profiled one's size,
-// within the units' budget `units_budget` (the race's, or one lowered below
-// it) less what the bytes beside the units grow by.
-JointProblem ScaledProblem(const JointRace& race, double ratio,
-                           int64_t units_budget) {
+// The race's problem with its units' bytes scaled by `bytes_ratio` and
+// their times by `time_ratio`, within `budget`.
+JointProblem ScaledUnits(const JointRace& race, double bytes_ratio, double time_ratio,
+                         int64_t budget) {
   JointProblem p;
-  const double bytes_ratio = std::pow(ratio, race.length_exponent());
   for (const UnitCost& u : race.units()) {
-    p.units.push_back(ScaledUnit(u, bytes_ratio, ratio));
+    p.units.push_back(ScaledUnit(u, bytes_ratio, time_ratio));
   }
   p.d2h_gbps = race.d2h_gbps();
   p.h2d_gbps = race.h2d_gbps();
   p.allow_offload = race.allow_offload();
   p.allow_recompute = race.allow_recompute();
-  const int64_t outside = Scaled(race.outside(), ratio);  // beside the units
-  p.budget = units_budget - (outside - race.outside());
+  p.budget = budget;
   return p;
+}
+
+// The race's problem at a batch `ratio` times the profiled one's size,
+// within the units' budget `units_budget` (the race's, or one lowered below
+// it) less what the bytes beside the units grow by.
+JointProblem ScaledProblem(const JointRace& race, double ratio,
+                           int64_t units_budget) {
+  const int64_t outside = Scaled(race.outside(), ratio);  // beside the units
+  return ScaledUnits(race, std::pow(ratio, race.length_exponent()), ratio,
+                     units_budget - (outside - race.outside()));
 }
 
 // PlanForLength within the units' budget `units_budget`.
@@ -125,12 +137,7 @@ StatusOr<std::optional<LengthPlan>> PlanForShorter(const JointRace& race, double
   }
   LengthPlan out;
   JointProblem& p = out.problem;
-  for (const UnitCost& u : race.units()) p.units.push_back(ScaledUnit(u, ratio, ratio));
-  p.d2h_gbps = race.d2h_gbps();
-  p.h2d_gbps = race.h2d_gbps();
-  p.allow_offload = race.allow_offload();
-  p.allow_recompute = race.allow_recompute();
-  p.budget = race.units_budget();
+  p = ScaledUnits(race, ratio, ratio, race.units_budget());
   // From the race's plan, which ran: a re-run unit at a time no longer
   // re-run (kept, or offloaded where the model's forward rule says), the
   // one the model gains most by, while the step it predicts falls and the
@@ -157,11 +164,7 @@ StatusOr<std::optional<LengthPlan>> PlanForShorter(const JointRace& race, double
       lighter = true;
     }
   }
-  const JointPlan& own = race.plan();
-  if (plan->choice == own.choice && plan->released_during == own.released_during &&
-      plan->reloaded_during == own.reloaded_during) {
-    return std::optional<LengthPlan>();
-  }
+  if (SameSchedule(*plan, race.plan())) return std::optional<LengthPlan>();
   out.plan = *std::move(plan);
   return std::optional<LengthPlan>(std::move(out));
 }

@@ -7,8 +7,10 @@
 // `ratio`, the bytes beside them too, within the same budget; where a
 // checked step measured the units' bytes growing faster (eager attention's
 // scores grow as the square of the tokens), their bytes are scaled by
-// `ratio` to the race's length_exponent(). Pure, as the race is, but for
-// the race's length state the functions below that take it mutable set.
+// `ratio` to the race's length_exponent(). A shorter batch gets the race's
+// plan lightened for its scaled-down units (PlanForShorter). Pure, as the
+// race is, but for the race's length state the functions below that take it
+// mutable set.
 
 #ifndef OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
 #define OFFLOAD_ENGINE_PLAN_JOINT_LENGTH_H_
@@ -28,6 +30,10 @@ namespace offload {
 UnitCost ScaledUnit(const UnitCost& unit, double ratio);
 // The same, its bytes scaled by `bytes_ratio` and its times by `time_ratio`.
 UnitCost ScaledUnit(const UnitCost& unit, double bytes_ratio, double time_ratio);
+
+// Whether two plans run alike: the same choice per unit, and the same
+// places for each offloaded unit's release and reload (the schedule).
+bool SameSchedule(const JointPlan& a, const JointPlan& b);
 
 struct LengthPlan {
   JointPlan plan;

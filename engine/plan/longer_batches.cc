@@ -8,11 +8,6 @@
 
 namespace offload {
 
-bool SameSchedule(const JointPlan& a, const JointPlan& b) {
-  return a.choice == b.choice && a.released_during == b.released_during &&
-         a.reloaded_during == b.reloaded_during;
-}
-
 LongerBatches::LongerBatches(JointRace& race, int checked_steps, int max_rungs)
     : race_(race),
       checked_steps_(checked_steps),

@@ -48,10 +48,6 @@ struct LongerPlan {
   LengthPlan length;  // the plan, its problem and the budget it needs
 };
 
-// Whether two plans run alike: the same choice per unit, and the same
-// places for each offloaded unit's release and reload (the schedule).
-bool SameSchedule(const JointPlan& a, const JointPlan& b);
-
 class LongerBatches {
  public:
   // `checked_steps` (>= 0): how many steps on batches of its length a plan
