@@ -10,9 +10,10 @@ grown by the ratio, within the same budget).
     and the batch is not one of the race's measurements. The warm-up's
     end plans for the longest batch it saw.
   - After the warm-up, for a batch longer than every earlier one: its
-    length is a rung (LongerBatches::ForBatch). A batch seen at the
-    forward's first call runs the plan of the shortest rung at or above
-    it (the race's own at or below the profiled length); any other the
+    length is a rung (LongerBatches::ForBatch), as is a shorter batch's,
+    the shortest yet, where a lighter plan than the race's fits it. A
+    batch seen at the forward's first call runs the plan of the shortest
+    rung at or above it (else the race's own); any other the
     longest rung's, in force at each forward's enter (at_enter), which
     fits every batch. A rung's first CHECKED_ITERATIONS steps at its
     length read their peak (check_begins, _check_length, pass_ended);
@@ -243,9 +244,10 @@ class LongerBatches:
         """After the warm-up, at the forward's first call: the plan for a
         batch `ratio` times the profiled one's size (the engine's:
         LongerBatches::ForBatch, the shortest rung at or above it, made
-        where it is the longest yet; the race's own for the profiled
-        length and shorter ones). Whether it is now pending: where it runs
-        as the plan in force does, only its figures change."""
+        where it is the longest or the shortest yet; the race's own for the
+        profiled length, and for a shorter one with no rung at or above it
+        below that). Whether it is now pending: where it runs as the plan
+        in force does, only its figures change."""
         plan = self._made(lambda engine: engine.for_batch(ratio),
                           "every batch from now on runs", ratio, failed=False)
         if plan is False:
