@@ -138,8 +138,13 @@ StatusOr<std::optional<LongerPlan>> LongerBatches::ForBatch(double ratio) {
 }
 
 std::optional<LongerPlan> LongerBatches::ForShorter(double ratio) {
-  if (ratio < shortest_) {
-    shortest_ = ratio;
+  // The nearest shorter lengths planned for, above and below it.
+  const auto above = shorter_.lower_bound(ratio);
+  const bool apart =
+      (above == shorter_.end() || *above >= ratio * kShorterApart) &&
+      (above == shorter_.begin() || *std::prev(above) * kShorterApart <= ratio);
+  if (apart) {
+    shorter_.insert(ratio);
     StatusOr<std::optional<LengthPlan>> length = PlanForShorter(race_, ratio);
     if (length.ok() && length->has_value()) {
       const LongerPlan& plan = Keep(ratio, std::move(**length));

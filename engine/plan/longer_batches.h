@@ -8,7 +8,8 @@
 //     plan of the shortest rung at or above its length (the race's own plan
 //     at the profiled length), where the caller can tell its length before
 //     its first unit; else the plan of the longest rung, which serves every
-//     batch. A batch shorter than every one before gets a lighter plan
+//     batch. A batch shorter than the profiled one, at least an eighth
+//     from every shorter length planned for before, gets a lighter plan
 //     (PlanForShorter), a rung below the profiled length. A rung's first
 //     steps on batches of its length are checked: a peak over the budget
 //     makes a longer rung's plan anew with the growth it measured
@@ -21,7 +22,7 @@
 // reads the peaks, applies the plans and warns; each plan made here carries
 // a number the caller hands back to name it; each is kept, so that any
 // number handed back names it (a few per length a run meets: the longest
-// only grow, the shortest only shrink). Pure, as the race is: no backend,
+// only grow, and the shorter lengths planned for are an eighth apart). Pure, as the race is: no backend,
 // no clock, nothing but the race it plans with.
 
 #ifndef OFFLOAD_ENGINE_PLAN_LONGER_BATCHES_H_
@@ -110,10 +111,11 @@ class LongerBatches {
 
   // The plan for a batch `ratio` times the profiled one's size, where its
   // size is known before its first unit: Longest(ratio) where that makes a
-  // plan; for a batch shorter than the profiled one and than every one
-  // before it, PlanForShorter's, a rung of its own where it is lighter
-  // than the race's (checked as a longer rung is: a step over the budget
-  // drops it); else the plan of the shortest rung at or above it, or of
+  // plan; for a batch shorter than the profiled one, at least an eighth
+  // from every shorter length planned for before (kShorterApart: shorter
+  // or longer than it), PlanForShorter's, a rung of its own where it is
+  // lighter than the race's (checked as a longer rung is: a step over the
+  // budget drops it, and its length is never planned for again); else the plan of the shortest rung at or above it, or of
   // the longest rung where none is that long (a length no plan could be
   // made for). None: the race's own plan serves it (the profiled length,
   // a shorter one with no rung at or above it below the profiled, or no
@@ -122,8 +124,15 @@ class LongerBatches {
   // Why: the longest's plan fits every shorter batch, but holds more than
   // it needs to: GPU run 154, Llama h2048 eager at 0.7 of the peak, batches
   // of 2048 tokens under the plan for 3072 ran at 2.07-2.44 of their plain
-  // step, and at 1.5-2.0 under their own in the race.
+  // step, and at 1.5-2.0 under their own in the race. Shorter lengths an
+  // eighth apart: before, only a batch shorter than every one before got a
+  // plan, and batches of 1536 tokens after one of 1024 ran the race's plan
+  // (GPU run 164, hidden 4096: 1.24 of their plain step, 1.17 on their
+  // own); a length per batch would make a plan per length dynamic padding
+  // feeds.
   StatusOr<std::optional<LongerPlan>> ForBatch(double ratio);
+  // Shorter lengths planned for are at least this factor apart.
+  static constexpr double kShorterApart = 1.125;
 
   // The longest rung's plan, which serves every batch (a forward whose
   // size is not known before its first unit runs it), or none (no rung
@@ -219,7 +228,7 @@ class LongerBatches {
   int next_id_ = 1;
   std::map<int, LongerPlan> plans_;
   double longest_ = 1.0;  // the longest batch planned for after the warm-up
-  double shortest_ = 1.0;  // the shortest batch planned for after the warm-up
+  std::set<double> shorter_;  // lengths below 1 planned for after the warm-up
   double seen_ = 1.0;     // the longest batch the race saw
   // The race's plan for its longest: (ratio, plan id or 0 where it failed).
   std::optional<std::pair<double, int>> race_plan_;

@@ -246,11 +246,11 @@ TEST(LongerBatchesTest, ARungThatRunsAsTheNextLongerOneGoes) {
 }
 
 TEST(LongerBatchesTest, AShorterBatchRunsALighterPlanOfItsOwn) {
-  // A budget of 700: the race's plan re-runs two units. A batch of 0.75,
-  // the shortest yet, gets a lighter plan (no unit re-run that the race's
-  // keeps, fewer re-run), a rung checked in turn; 0.9 and 0.8, longer,
-  // run the race's. 0.5 gets its own, lighter still. The profiled length
-  // runs the race's; no shorter rung serves every batch.
+  // A budget of 700: the race's plan re-runs two units. A batch of 0.75
+  // gets a lighter plan (no unit re-run that the race's keeps, fewer
+  // re-run), a rung checked in turn; 0.8, within an eighth of it, runs the
+  // race's. 0.5 gets its own, lighter still. The profiled length runs the
+  // race's; no shorter rung serves every batch.
   JointRace race = Started(700, 0);
   const std::vector<UnitChoice> own = race.plan().choice;
   ASSERT_THAT(own, Contains(UnitChoice::kRecompute));
@@ -269,10 +269,8 @@ TEST(LongerBatchesTest, AShorterBatchRunsALighterPlanOfItsOwn) {
   }
   EXPECT_LE(at_75->length.plan.peak_bytes, race.units_budget());
   EXPECT_TRUE(longer.CheckBegins(at_75->id));
-  for (const double ratio : {0.9, 0.8}) {
-    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
-    EXPECT_FALSE(plan.has_value()) << ratio;
-  }
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> near, longer.ForBatch(0.8));
+  EXPECT_FALSE(near.has_value());
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> again, longer.ForBatch(0.75));
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->id, at_75->id);
@@ -285,6 +283,28 @@ TEST(LongerBatchesTest, AShorterBatchRunsALighterPlanOfItsOwn) {
   ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> none, longer.ForBatch(1.5));
   ASSERT_TRUE(none.has_value());  // a longer batch: the longest yet, its own
   EXPECT_EQ(longer.ForEveryBatch()->id, none->id);
+}
+
+TEST(LongerBatchesTest, AShorterBatchAnEighthFromEveryLengthPlannedForGetsAPlanOfItsOwn) {
+  // 0.5 first, then 0.75: longer than a shorter length planned for, it
+  // gets its own plan all the same (before, only the shortest yet did).
+  // 0.7 and 0.55, each within an eighth of one planned for, run the plan
+  // of the shortest rung at or above them: 0.75's.
+  JointRace race = Started(700, 0);
+  LongerBatches longer(race, kChecks);
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_50, longer.ForBatch(0.5));
+  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> at_75, longer.ForBatch(0.75));
+  ASSERT_TRUE(at_50.has_value() && at_75.has_value());
+  EXPECT_EQ(at_75->ratio, 0.75);
+  EXPECT_NE(at_75->id, at_50->id);
+  EXPECT_TRUE(longer.CheckBegins(at_75->id));
+  ASSERT_EQ(longer.Rungs().size(), 2u);
+  for (const double ratio : {0.7, 0.55}) {
+    ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.ForBatch(ratio));
+    ASSERT_TRUE(plan.has_value()) << ratio;
+    EXPECT_EQ(plan->id, at_75->id) << ratio;
+  }
+  EXPECT_EQ(longer.Rungs().size(), 2u);
 }
 
 TEST(LongerBatchesTest, AShorterBatchsPlanOverTheBudgetOrOutOfMemoryGoes) {
@@ -575,7 +595,8 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
   auto any_made = [&]() {
     return made.empty() ? 0 : made[*rc::gen::inRange<size_t>(0, made.size())].id;
   };
-  const std::vector<double> ratios = {0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0};
+  const std::vector<double> ratios = {0.5, 0.55, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0};
+  std::vector<double> shorter;  // the lengths shorter plans were made for
   for (int step = 0; step < 24; ++step) {
     const double exponent = race.length_exponent();
     const double ratio = *rc::gen::elementOf(ratios);
@@ -622,6 +643,14 @@ RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
         if (std::none_of(made.begin(), made.end(),
                          [&](const LongerPlan& p) { return p.id == (*plan)->id; })) {
           check_made(**plan);
+          if (ratio < 1) {  // made for this length: an eighth from every one before
+            RC_ASSERT((*plan)->ratio == ratio);
+            for (const double before : shorter) {
+              RC_ASSERT(std::max(before, ratio) >=
+                        std::min(before, ratio) * LongerBatches::kShorterApart);
+            }
+            shorter.push_back(ratio);
+          }
         }
         break;
       }

@@ -11,7 +11,8 @@ grown by the ratio, within the same budget).
     end plans for the longest batch it saw.
   - After the warm-up, for a batch longer than every earlier one: its
     length is a rung (LongerBatches::ForBatch), as is a shorter batch's,
-    the shortest yet, where a lighter plan than the race's fits it. A
+    an eighth or more from every shorter length planned for before, where
+    a lighter plan than the race's fits it. A
     batch seen at the forward's first call runs the plan of the shortest
     rung at or above it (else the race's own); any other the
     longest rung's, in force at each forward's enter (at_enter), which
@@ -244,7 +245,8 @@ class LongerBatches:
         """After the warm-up, at the forward's first call: the plan for a
         batch `ratio` times the profiled one's size (the engine's:
         LongerBatches::ForBatch, the shortest rung at or above it, made
-        where it is the longest or the shortest yet; the race's own for the
+        where it is the longest yet or a shorter length an eighth from every
+        one planned for before; the race's own for the
         profiled length, and for a shorter one with no rung at or above it
         below that). Whether it is now pending: where it runs as the plan
         in force does, only its figures change."""

@@ -366,13 +366,16 @@ def test_after_the_warm_up_lengths_that_grow_step_by_step_keep_a_few_plans_and_l
 
 def test_after_the_warm_up_a_shorter_batch_runs_a_lighter_plan_until_a_step_of_it_is_over():
     # After the warm-up on 32 tokens (the race's plan re-runs units), a
-    # batch of 16, the shortest yet, seen at its first call, runs a plan
-    # made for it: the race's with fewer units re-run, none that the race's
-    # keeps (engine PlanForShorter), within the budget. One of 24, longer
-    # than 16, runs the race's. Then the device holds more beside the
+    # batch of 16, seen at its first call, runs a plan made for it: the
+    # race's with fewer units re-run, none that the race's keeps (engine
+    # PlanForShorter), within the budget. One of 26, longer than 16 and an
+    # eighth or more from it, gets its own too, between the two (before,
+    # only the shortest yet did: 26 ran the race's). One of 28, within an
+    # eighth of 26 and longer, runs the race's; one of 24, within an eighth
+    # of 26 and shorter, runs 26's. Then the device holds more beside the
     # model than the profile saw: a checked step of 16's plan peaks over
-    # the budget, is warned about once, and batches of 16 run the race's
-    # plan from then on. Every step bit-identical.
+    # the budget, is warned about once, and batches of 16 run 26's plan,
+    # the next longer, from then on. Every step bit-identical.
     model, ctx, probe = _scripted(0.8, Decoder(layers=6), allow_offload=False)
     joint = ctx.joint_budget
     it = _warmed_up(model, ctx)
@@ -396,11 +399,17 @@ def test_after_the_warm_up_a_shorter_batch_runs_a_lighter_plan_until_a_step_of_i
         choices = joint.unit_choices(lighter)
         assert choices.count("recompute") < race.count("recompute")
         assert all(c != "recompute" for c, r in zip(choices, race) if r == "keep")
-        for length in (24, 32):
+        between, peak = step(26)
+        assert between["for_ratio"] == 26 / 32 and peak <= joint.budget_bytes
+        count = joint.unit_choices(between).count("recompute")
+        assert choices.count("recompute") < count < race.count("recompute")
+        for length in (28, 32):
             plan, peak = step(length)
             assert plan.get("for_ratio", 1.0) == 1.0 and peak <= joint.budget_bytes, length
         plan, _ = step(16)
         assert plan["length_id"] == lighter["length_id"]
+        plan, _ = step(24)
+        assert plan["length_id"] == between["length_id"]
     probe.over = joint.budget_bytes  # beside the model from now on
     with pytest.warns(UserWarning, match="lighter plan for batches 0.50 times .* over the "
                       "budget .* the next longer length from now on"):
@@ -409,7 +418,7 @@ def test_after_the_warm_up_a_shorter_batch_runs_a_lighter_plan_until_a_step_of_i
         warnings.filterwarnings("error", message="actoffload")
         for length in (16, 16):
             plan, _ = step(length)
-            assert plan.get("for_ratio", 1.0) == 1.0, length
+            assert plan["length_id"] == between["length_id"], length
 
 
 def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
