@@ -145,7 +145,18 @@ class Bounder {
         }
       }
       const UnitCost& unit = p_.units[u];
-      backward_end_[u] = start + unit.backward_ns + ReRunNs(unit, choice_[u]);
+      const double run = unit.backward_ns + ReRunNs(unit, choice_[u]);
+      // What u's backward holds beyond the budget, were every offloaded
+      // byte of units below it on device, is off device by E_u: out at
+      // most P_k + d2h * (E_u - F_k) of it, k <= u-1 (units k+1..u-1 made
+      // theirs after F_k).
+      const int64_t excess = out_[u] - room_[u];
+      for (int k = 0; k < u; ++k) {
+        if (excess > out_[k]) {
+          start = std::max(start, end_[k] + double(excess - out_[k]) / p_.d2h_gbps - run);
+        }
+      }
+      backward_end_[u] = start + run;
     }
     *step = backward_end_[0];
     return true;

@@ -49,6 +49,13 @@
 //  - By E_w, the bytes back of offloaded units below w are at most the room
 //    w's backward leaves in the budget; whatever of units u..w-1 exceeds it
 //    comes back after E_w: S_u >= E_w + (bytes - room) / h2d.
+//  - What w's backward holds beyond the budget, were every offloaded byte
+//    of the units below it on device, is off device by E_w, so out: by E_w
+//    at most P_k + d2h * (E_w - F_k) bytes are, for every k < w-1 (as in
+//    the forward). Without it, a unit offloaded early whose bytes only the
+//    backward's peak needs gone counted as gone however long its copy took
+//    (session 27: eager Llama h2048 at 0.8, its first layer's 2 GB at
+//    40 GB/s).
 //  - Ignored: copy latency and per-copy cost, whole-tensor (non-fluid)
 //    copies and frees, interference of copies with compute or each other,
 //    allocator rounding.

@@ -133,6 +133,28 @@ TEST(JointLimitTest, OutAndBackMayOverlap) {
   EXPECT_THAT(JointChoiceBound(p, {K}), IsOkAndHolds(300.0));
 }
 
+// Budget 600, 0.5 B/ns, offload only; unit 1's backward holds 250 bytes
+// of temporaries, so both kept need 850 there. Offloading unit 0 fits the
+// forward (600 at F_1 = 200) and leaves room 50 in unit 1's backward: 250
+// of unit 0's bytes must be off device by E_1, and none existed before
+// 0 ns: E_1 >= 250 / 0.5 = 500 (compute alone: 400). They come back after
+// E_1: S_0 >= 500 + 250 / 0.5 = 1000; step 1200. Before session 27 the
+// bound took them as gone at E_1 = 400, however slow the copy: 1100.
+TEST(JointLimitTest, TheBackwardsPeakWaitsForTheCopyOut) {
+  JointProblem p = Stack(2, 0.5, 600);
+  p.allow_recompute = false;
+  p.units[1].backward_transient_bytes = 250;
+  EXPECT_THAT(JointChoiceBound(p, {O, K}), IsOkAndHolds(1200.0));
+  EXPECT_THAT(JointChoiceBound(p, {K, K}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("during unit 1's backward, 850 bytes")));
+  ASSERT_OK_AND_ASSIGN(JointLimitResult limit, JointLimit(p));
+  EXPECT_THAT(limit.choice, ElementsAre(O, K));
+  EXPECT_DOUBLE_EQ(limit.step_ns, 1200);
+  ASSERT_OK_AND_ASSIGN(JointPlan plan, PlanJoint(p));
+  EXPECT_GE(plan.step_ns, limit.step_ns);
+}
+
 // At 0.1 B/ns one unit's copy alone takes 3000 ns, more than the whole
 // compute: recomputing is cheaper. One recomputed unit leaves 630 bytes in
 // the forward; of the pairs only units 0 and 1 fit the backward (units
