@@ -110,6 +110,14 @@ struct JointRaceOptions {
   // the clocks) stays in the race's trials. On an H200 (SDPA Llama h2048 at
   // 0.8) the race measured OOKKKKKR at 61.3 ms, 19% over its prediction,
   // and kept ROOKKKKK (54.0); timed after the race, OOKKKKKR ran 51.6 ms.
+  // Where the one it would keep offloads, the fastest trial without copies
+  // that fits, does no more work than another that fits and measured at
+  // most this share slower runs again too (in one of those rematch_plans -
+  // 1 places, after the others), however the model predicts it. Why: on an
+  // H200 (GPT-2 at 0.6, GPU run 168) the race measured checkpointing's own
+  // RRRRRRKK at 65.9 ms, 9% over its timed steps after the race (60.2),
+  // and kept RRORRRKK (64.4), which the model predicted faster and which
+  // timed 4.7% slower; that happens to the plan without copies as to any.
   double rematch = 0.2;
   int rematch_runs = 2;
   int rematch_plans = 3;

@@ -1,6 +1,7 @@
 // The race's rematch (JointRaceOptions::rematch): before it settles, the
 // trials the model predicts faster than the one to keep, measured a little
-// slower, run again in turn with it, and the least step of all runs counts.
+// slower, run again in turn with it, and the least step of all runs counts;
+// where the one to keep offloads, so does the fastest without copies.
 
 #include "engine/plan/joint_race.h"
 
@@ -21,6 +22,7 @@ bool JointRace::StartRematch(const RaceTrial& best) {
   }
   const double predicted = Predicted(best.plan).step_ns;
   std::vector<std::pair<double, const RaceTrial*>> others;
+  const RaceTrial* plain = nullptr;  // the fastest without copies, if best copies
   for (const RaceTrial& t : trials_) {
     const std::vector<UnitChoice>& choice = t.plan.plan.choice;
     if (t.peak_bytes > Allowed() || choice == best.plan.plan.choice ||
@@ -38,12 +40,24 @@ bool JointRace::StartRematch(const RaceTrial& best) {
         others.begin(), others.end(),
         [&](const auto& o) { return o.second->plan.plan.choice == choice; });
     if (!outdone && !seen && its < predicted) others.push_back({its, &t});
+    if (!outdone && best.plan.plan.offloaded_bytes > 0 &&
+        t.plan.plan.offloaded_bytes == 0 &&
+        (plain == nullptr || t.step_ns < plain->step_ns)) {
+      plain = &t;
+    }
   }
-  if (others.empty()) return false;
   std::stable_sort(
       others.begin(), others.end(),
       [](const auto& a, const auto& b) { return a.first < b.first; });
   others.resize(std::min<size_t>(others.size(), options_.rematch_plans - 1));
+  if (plain != nullptr &&
+      std::none_of(others.begin(), others.end(), [&](const auto& o) {
+        return o.second->plan.plan.choice == plain->plan.plan.choice;
+      })) {  // after the others, in the last place
+    others.resize(std::min<size_t>(others.size(), options_.rematch_plans - 2));
+    others.push_back({0, plain});
+  }
+  if (others.empty()) return false;
   rematched_ = true;
   rematching_ = true;
   rematch_.clear();
