@@ -2,7 +2,9 @@
 // out of device memory is never run again nor kept, and the budget comes
 // down to what the device held. Stacks of identical units
 // (joint_problem_testing.h: 300 bytes each, forward 100 ns, backward
-// 200 ns), with steps and peaks scripted per candidate.
+// 200 ns), with steps and peaks scripted per candidate
+// (joint_race_testing.h: no rematch, no fit of the excesses, every
+// candidate run).
 
 #include <algorithm>
 #include <cstdint>
@@ -10,8 +12,8 @@
 #include <vector>
 
 #include "engine/plan/joint_plan.h"
-#include "engine/plan/joint_problem_testing.h"
 #include "engine/plan/joint_race.h"
+#include "engine/plan/joint_race_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -21,30 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-// Four units at 1 B/ns, nothing outside them, `margin`; no rematch, no fit
-// of the excesses, every candidate run (these scripts follow no model).
-JointRace FourUnits(int64_t budget, double margin) {
-  JointRaceOptions options;
-  options.margin = margin;
-  options.rematch = 0;
-  options.fit_excess = false;
-  options.prune = 1e9;
-  return JointRace(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, 0,
-                   /*allow_offload=*/true, /*allow_recompute=*/true,
-                   {0, 1, 2, 3}, options);
-}
-
-// A candidate's runs: a first of 1 ns (which would win, were it counted),
-// then `step` and `peak`.
-RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
-  EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
-  RaceStep last;
-  for (int i = 1; i < race.options().runs_per_candidate; ++i) {
-    last = race.Measured(step, peak);
-  }
-  return last;
-}
 
 // Whether a plan of `choice` is in force, among the candidates or trials.
 bool Anywhere(const JointRace& race, const std::vector<UnitChoice>& choice) {
@@ -61,7 +39,7 @@ bool Anywhere(const JointRace& race, const std::vector<UnitChoice>& choice) {
 // by the excess and the margin (990 - 40 - 10 = 940), and below the failed
 // plan's prediction (899), and the plans raced after it never include it.
 TEST(JointRaceMemoryTest, ACandidateOutOfMemoryOverTheBudgetIsDroppedAndTheUnitsLowered) {
-  JointRace race = FourUnits(1000, 0.01);
+  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
   ASSERT_OK(race.Start());
   ASSERT_EQ(race.units_budget(), 990);
   const std::vector<UnitChoice> failed = race.plan().choice;
@@ -88,7 +66,7 @@ TEST(JointRaceMemoryTest, ACandidateOutOfMemoryOverTheBudgetIsDroppedAndTheUnits
 // comes down by 200 and the margin, and a trial measured at 950 before it
 // fits no more.
 TEST(JointRaceMemoryTest, OutOfMemoryWithinTheBudgetLowersTheBudgetToWhatTheDeviceHeld) {
-  JointRace race = FourUnits(1000, 0.01);
+  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
   ASSERT_OK(race.Start());
   const std::vector<UnitChoice> first = race.plan().choice;
   RunCandidate(race, 1000, 950);
@@ -118,7 +96,7 @@ TEST(JointRaceMemoryTest, OutOfMemoryWithinTheBudgetLowersTheBudgetToWhatTheDevi
 // without it, and for units below its prediction (659: plans predicted
 // above it would hold more than 850 as this one did).
 TEST(JointRaceMemoryTest, AKeptPlanOutOfMemoryInItsChecksIsReplaced) {
-  JointRace race = FourUnits(900, 0);
+  JointRace race = FourUnits(1.0, 900, 0, 0);
   ASSERT_OK(race.Start());
   while (!race.settled()) RunCandidate(race, 1000, 800);
   const std::vector<UnitChoice> kept = race.plan().choice;
@@ -141,7 +119,7 @@ TEST(JointRaceMemoryTest, AKeptPlanOutOfMemoryInItsChecksIsReplaced) {
 // units' budget as it was (GPU run 128: `rrrrkkk` after `rrrrrkk`, and it
 // ran out of memory too). Each plan that fails so gives way lower.
 TEST(JointRaceMemoryTest, APlanOutOfMemoryAtTheBudgetGivesWayToOnePredictedLower) {
-  JointRace race = FourUnits(1000, 0);
+  JointRace race = FourUnits(1.0, 1000, 0, 0);
   ASSERT_OK(race.Start());
   while (!race.settled()) RunCandidate(race, 1000, 900);
   ASSERT_TRUE(race.WarmUpEnded(100) || race.settled());
@@ -163,7 +141,7 @@ TEST(JointRaceMemoryTest, APlanOutOfMemoryAtTheBudgetGivesWayToOnePredictedLower
 // lower, and the plan measured lowest is kept (the budget refused),
 // never the one that failed.
 TEST(JointRaceMemoryTest, WhereNothingLowerFitsTheLowestMeasuredIsKeptNotTheFailedOne) {
-  JointRace race = FourUnits(700, 0);
+  JointRace race = FourUnits(1.0, 700, 0, 0);
   ASSERT_OK(race.Start());
   const int plans = 1 + race.candidates().size();
   for (int k = 0; k < plans; ++k) RunCandidate(race, 1000, 9000 + k);
@@ -183,7 +161,7 @@ TEST(JointRaceMemoryTest, WhereNothingLowerFitsTheLowestMeasuredIsKeptNotTheFail
 // next while another is left; where none is, the smallest runs, settled,
 // with a warning.
 TEST(JointRaceMemoryTest, PlansOutOfMemoryInTurnLeaveTheSmallestInForceLast) {
-  JointRace race = FourUnits(1000, 0);
+  JointRace race = FourUnits(1.0, 1000, 0, 0);
   ASSERT_OK(race.Start());
   while (!race.settled()) RunCandidate(race, 1000, 900);
   int steps = 0;

@@ -1,6 +1,9 @@
 // The warm-up race (engine/plan/joint_race.h) on stacks of identical units
 // (joint_problem_testing.h: 300 bytes each, forward 100 ns, backward
-// 200 ns), with steps and peaks scripted per candidate.
+// 200 ns), with steps and peaks scripted per candidate
+// (joint_race_testing.h). Its lowering, rematch and out-of-memory cases are
+// in joint_race_lowering_test.cc, joint_race_rematch_test.cc and
+// joint_race_memory_test.cc.
 
 #include "engine/plan/joint_race.h"
 
@@ -11,7 +14,7 @@
 #include <vector>
 
 #include "engine/plan/joint_plan.h"
-#include "engine/plan/joint_problem_testing.h"
+#include "engine/plan/joint_race_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -21,80 +24,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-// "OOKK": a plan's choices, one letter a unit.
-std::string Choices(const JointPlan& plan) {
-  std::string out;
-  for (UnitChoice c : plan.choice) {
-    out += c == UnitChoice::kKeep        ? 'K'
-           : c == UnitChoice::kOffload   ? 'O'
-           : c == UnitChoice::kSelective ? 'S'
-           : c == UnitChoice::kSelectiveOffload ? 'Q'
-                                                : 'R';
-  }
-  return out;
-}
-
-std::vector<bool> Recomputed(const JointPlan& plan) {
-  std::vector<bool> r(plan.choice.size());
-  for (size_t i = 0; i < r.size(); ++i) r[i] = plan.Recompute(i);
-  return r;
-}
-
-// Every candidate runs, however slow the model predicts it.
-constexpr double kNoPrune = 1e9;
-
-// Four units at `gbps`, nothing outside them, no margin unless given; no
-// rematch unless given (the Rematch tests'; the others script each
-// candidate's runs in turn).
-JointRace FourUnits(double gbps, int64_t budget, int64_t outside = 0,
-                    double margin = 0, int lowerings = 2,
-                    int64_t tolerance = 0, double rematch = 0) {
-  JointRaceOptions options;
-  options.margin = margin;
-  options.lowerings = lowerings;
-  options.tolerance_bytes = tolerance;
-  options.rematch = rematch;
-  options.fit_excess = false;  // these scripts' peaks follow no model
-  options.prune = kNoPrune;     // nor do their steps
-  return JointRace(Stack(4, gbps, 1).units, gbps, gbps, budget, outside,
-                   /*allow_offload=*/true, /*allow_recompute=*/true,
-                   {0, 1, 2, 3}, options);
-}
-
-// FourUnits' units, recompute only (checkpointing), with `margin`; no new
-// race for a faster plan over the budget.
-JointRace CheckpointOnlyFourUnits(int64_t budget, double margin) {
-  JointRaceOptions options;
-  options.margin = margin;
-  options.fit_excess = false;
-  options.prune = kNoPrune;
-  options.lowerings = 0;
-  options.rematch = 0;
-  return JointRace(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, 0,
-                   /*allow_offload=*/false, /*allow_recompute=*/true,
-                   {0, 1, 2, 3}, options);
-}
-
-// Runs the plan in force `runs` times: first a run of 1 ns and no peak (one
-// that would win every race, were it counted), then `step` and `peak`.
-// What the last run changed.
-RaceStep Run(JointRace& race, int runs, double step, int64_t peak) {
-  EXPECT_TRUE(race.Measured(1.0, 0).warning.empty());
-  RaceStep last;
-  for (int i = 1; i < runs; ++i) last = race.Measured(step, peak);
-  return last;
-}
-
-// A candidate's runs_per_candidate runs.
-RaceStep RunCandidate(JointRace& race, double step, int64_t peak) {
-  return Run(race, race.options().runs_per_candidate, step, peak);
-}
-
-// A rematch's rematch_runs runs of the plan in force again.
-RaceStep RunAgain(JointRace& race, double step, int64_t peak) {
-  return Run(race, race.options().rematch_runs, step, peak);
-}
 
 // Budget 700 for four 300-byte units at 1 B/ns: the joint plan and three
 // candidates (recompute-only, offload-only, the first unit recomputed). No
@@ -269,181 +198,6 @@ TEST(JointRaceTest, SelectiveOffloadDoesTheWorkOfSelectiveAndItsCopies) {
   EXPECT_FALSE(more("OSKK", "QSKK"));
   EXPECT_FALSE(more("QSKK", "QSKK"));  // the same plan
   EXPECT_FALSE(more("QSK", "SSKK"));   // other units
-}
-
-// Budget 1000 with the 1% margin: the units get 990. Every candidate is
-// over, the least by 20 bytes: they get 990 - 20 - 10 = 960, planned anew.
-TEST(JointRaceTest, AllOverLowersTheUnitsByTheLeastExcess) {
-  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
-  ASSERT_OK(race.Start());
-  EXPECT_EQ(race.units_budget(), 990);
-  const int plans = 1 + race.candidates().size();
-  ASSERT_GE(plans, 2);
-  RaceStep last;
-  for (int k = 0; k < plans; ++k) {
-    last = RunCandidate(race, 1000 + k, k == plans - 1 ? 1020 : 1050 + k);
-  }
-  EXPECT_TRUE(last.applied);
-  EXPECT_THAT(last.warning, IsEmpty());
-  EXPECT_EQ(race.units_budget(), 960);
-  EXPECT_FALSE(race.settled());
-  EXPECT_TRUE(race.trials().empty());  // a new race
-  EXPECT_EQ(race.all_trials().size(), static_cast<size_t>(plans));
-  EXPECT_LE(race.plan().peak_bytes, 960);
-  EXPECT_EQ(race.race_plan().budget, 960);
-}
-
-// The joint plan runs fastest but 10 bytes over; the others fit, slower.
-// The units' budget drops to the joint plan's predicted peak less the excess
-// and the margin, and a new race runs with the fitting trials kept (not run
-// again); where its plans measure slower, the fastest that fit is kept.
-TEST(JointRaceTest, AFasterTrialOverTheBudgetLowersAndRacesAgainKeepingThoseThatFit) {
-  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
-  ASSERT_OK(race.Start());
-  const int plans = 1 + race.candidates().size();
-  ASSERT_GE(plans, 2);
-  const int64_t predicted = race.plan().peak_bytes;
-  const std::string second = Choices(race.candidates()[0].plan);
-  RaceStep last = RunCandidate(race, 900, 1010);
-  for (int k = 1; k < plans; ++k) last = RunCandidate(race, 1000 + k, 950);
-  EXPECT_TRUE(last.applied);
-  EXPECT_FALSE(race.settled());
-  EXPECT_EQ(race.units_budget(), std::min<int64_t>(990, predicted) - 10 - 10);
-  ASSERT_EQ(race.trials().size(), static_cast<size_t>(plans - 1));
-  for (const RaceTrial& t : race.trials()) {
-    EXPECT_LE(t.peak_bytes, 1000);
-    EXPECT_NE(Choices(t.plan.plan), Choices(race.plan()));
-    for (const RacePlan& c : race.candidates()) {
-      EXPECT_NE(Choices(c.plan), Choices(t.plan.plan));
-    }
-  }
-  const int again = 1 + race.candidates().size();
-  for (int k = 0; k < again; ++k) last = RunCandidate(race, 2000, 900);
-  EXPECT_TRUE(race.settled());
-  EXPECT_EQ(Choices(race.plan()), second);
-}
-
-// No faster trial over the budget is worth a new race when it gains less
-// than worth_lowering (2%): the fastest that fits is kept at once.
-TEST(JointRaceTest, AFasterTrialOverTheBudgetByTooLittleIsNotRacedAgain) {
-  JointRace race = FourUnits(1.0, 1000, 0, 0.01);
-  ASSERT_OK(race.Start());
-  const int plans = 1 + race.candidates().size();
-  RaceStep last = RunCandidate(race, 995, 1010);
-  for (int k = 1; k < plans; ++k) last = RunCandidate(race, 1000 + k, 950);
-  EXPECT_TRUE(race.settled());
-  EXPECT_EQ(race.units_budget(), 990);
-}
-
-// Far over whatever the plan: the units' budget cannot go below the
-// smallest (300). The recompute-only plan for its smallest budget runs
-// last, over too, so the plan measured lowest is kept and the caller's
-// budget refused (SPEC 7.8), naming that plan's measured peak, which
-// becomes the budget.
-TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheLowestMeasuredIsKept) {
-  JointRace race = FourUnits(1.0, 700);
-  ASSERT_OK(race.Start());
-  const int plans = 1 + race.candidates().size();
-  std::vector<std::string> ran;
-  RaceStep last;
-  for (int k = 0; k < plans; ++k) {
-    ran.push_back(Choices(race.plan()));
-    last = RunCandidate(race, 1000, k == 1 ? 9000 : 9500);
-  }
-  EXPECT_TRUE(last.applied);
-  EXPECT_THAT(last.warning, IsEmpty());
-  EXPECT_FALSE(race.settled());
-  EXPECT_EQ(Choices(race.plan()), "RRRK");  // the last resort
-  EXPECT_THAT(race.refusal(), IsEmpty());
-  last = RunCandidate(race, 1000, 9500);
-  EXPECT_THAT(last.warning, IsEmpty());
-  EXPECT_EQ(race.refusal(),
-            "actoffload: a budget of 700 bytes cannot be kept as measured "
-            "(every plan the warm-up ran measured over it); the smallest that "
-            "fits as measured is 9000 bytes, planned for that instead");
-  EXPECT_EQ(race.budget(), 9000);
-  EXPECT_TRUE(last.applied);
-  EXPECT_EQ(Choices(race.plan()), ran[1]);
-  EXPECT_TRUE(race.settled());
-  EXPECT_EQ(race.checks_left(), 0);
-  EXPECT_FALSE(race.Measuring((plans + 1) * 3 + 2));
-  EXPECT_EQ(race.units_budget(), 700);
-}
-
-// The same, but the last resort measures within the budget: it is kept and
-// checked, without a warning. Without recompute there is no last resort.
-TEST(JointRaceTest, WhereNoPlanCanBeLoweredTheRecomputeOnlySmallestIsTriedLast) {
-  JointRace race = FourUnits(1.0, 700);
-  ASSERT_OK(race.Start());
-  const int plans = 1 + race.candidates().size();
-  for (int k = 0; k < plans; ++k) RunCandidate(race, 1000, 9000 + k);
-  ASSERT_EQ(Choices(race.plan()), "RRRK");
-  const RaceStep last = RunCandidate(race, 1400, 650);
-  EXPECT_TRUE(last.applied);
-  EXPECT_THAT(last.warning, IsEmpty());
-  EXPECT_TRUE(race.settled());
-  EXPECT_EQ(race.checks_left(), 4);
-  EXPECT_EQ(Choices(race.plan()), "RRRK");
-
-  JointRaceOptions options;
-  options.margin = 0;
-  options.fit_excess = false;
-  options.prune = kNoPrune;
-  JointRace offload_only(Stack(4, 1.0, 1).units, 1.0, 1.0, 700, 0,
-                         /*allow_offload=*/true, /*allow_recompute=*/false,
-                         {0, 1, 2, 3}, options);
-  ASSERT_OK(offload_only.Start());
-  RaceStep end;
-  for (int k = 0; k < 1 + static_cast<int>(offload_only.candidates().size()); ++k) {
-    end = RunCandidate(offload_only, 1000, 9000);
-  }
-  EXPECT_THAT(offload_only.refusal(), HasSubstr("cannot be kept as measured"));
-  EXPECT_TRUE(offload_only.settled());
-}
-
-// A kept plan whose check reads 50 bytes over: 900 - 50 = 850, planned
-// anew, and the race runs again.
-TEST(JointRaceTest, AKeptPlanOverInItsCheckIsLoweredAndRacedAgain) {
-  JointRace race = FourUnits(1.0, 900);
-  ASSERT_OK(race.Start());
-  while (!race.settled()) RunCandidate(race, 1000, 800);
-  EXPECT_EQ(race.checks_left(), 4);
-  EXPECT_FALSE(race.Measured(1000, 900).applied);  // at the budget: fits
-  EXPECT_EQ(race.checks_left(), 3);
-  RaceStep over = race.Measured(1000, 950);
-  EXPECT_TRUE(over.applied);
-  EXPECT_EQ(race.units_budget(), 850);
-  EXPECT_FALSE(race.settled());
-  EXPECT_TRUE(race.Measuring(20));
-  EXPECT_LE(race.plan().peak_bytes, 850);
-  EXPECT_TRUE(race.trials().empty());
-}
-
-// A kept plan's check reads far over, where no plan of the units is
-// smaller (its excess, 8100, would take the units' budget under the
-// smallest): the check's peak is that plan's, and the plan measured lowest
-// is kept and the budget refused, as where the race gives up.
-TEST(JointRaceTest, AKeptPlanOverInItsCheckThatCannotBeLoweredRefusesTheBudget) {
-  JointRace race = FourUnits(1.0, 900);
-  ASSERT_OK(race.Start());
-  while (!race.settled()) RunCandidate(race, 1000, 800);
-  ASSERT_GE(race.all_trials().size(), 2u);
-  const std::string kept = Choices(race.plan());
-  RaceStep over = race.Measured(1000, 9000);
-  EXPECT_TRUE(over.applied);
-  EXPECT_THAT(over.warning, IsEmpty());
-  EXPECT_TRUE(race.settled());
-  EXPECT_EQ(race.checks_left(), 0);
-  EXPECT_NE(Choices(race.plan()), kept);
-  for (const RaceTrial& t : race.all_trials()) {
-    if (Choices(t.plan.plan) == kept) {
-      EXPECT_EQ(t.peak_bytes, 9000);
-    } else if (Choices(t.plan.plan) == Choices(race.plan())) {
-      EXPECT_EQ(t.peak_bytes, 800);
-    }
-  }
-  EXPECT_THAT(race.refusal(), HasSubstr("a budget of 900 bytes cannot be kept as measured"));
-  EXPECT_EQ(race.budget(), 800);
 }
 
 // The warm-up's iterations end while the third plan runs: of the two
@@ -728,82 +482,6 @@ TEST(JointRaceTest, AMalformedProblemIsRefusedAtStart) {
   JointRace no_bandwidth(Stack(2, 1.0, 1).units, 0, 0, 600, 0, true, true,
                          {0, 1});
   EXPECT_THAT(no_bandwidth.Start(), StatusIs(StatusCode::kInvalidArgument));
-}
-
-// Rematch (JointRaceOptions::rematch, 0.2): budget 700, the four plans
-// predicted ORKK 1300, RRKK 1400, ROKK 1477, OOKK 1667 ns, none doing more
-// work than another. ORKK measures 1100 and RRKK 1000: the model says ORKK
-// wins, and it measured within 20% of RRKK, so before the race settles
-// ORKK runs again, then RRKK. Each runs rematch_runs (2) times, the first
-// left out; a trial's step is the least of its runs. Where ORKK measures
-// 950 again it is kept; where it measures 1100 again, RRKK is. Either way
-// once: the race then settles and checks the kept plan.
-TEST(JointRaceTest, ATrialPredictedFasterAndMeasuredALittleSlowerRunsAgain) {
-  for (double again : {950.0, 1100.0}) {
-    JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, 0, /*rematch=*/0.2);
-    race.set_calibrated(true);  // the scripted steps follow no bandwidth
-    ASSERT_OK(race.Start());
-    const std::map<std::string, double> steps = {
-        {"ORKK", 1100}, {"RRKK", 1000}, {"ROKK", 1250}, {"OOKK", 1300}};
-    for (int k = 0; k < 4; ++k) RunCandidate(race, steps.at(Choices(race.plan())), 600);
-    ASSERT_FALSE(race.settled()) << again;
-    ASSERT_EQ(Choices(race.plan()), "ORKK");
-    EXPECT_TRUE(RunAgain(race, again, 600).applied);
-    ASSERT_FALSE(race.settled());
-    ASSERT_EQ(Choices(race.plan()), "RRKK");
-    EXPECT_TRUE(RunAgain(race, 1020, 640).applied);
-    ASSERT_TRUE(race.settled());
-    EXPECT_EQ(Choices(race.plan()), again < 1000 ? "ORKK" : "RRKK");
-    for (const RaceTrial& t : race.all_trials()) {
-      const std::string c = Choices(t.plan.plan);
-      EXPECT_EQ(t.step_ns, c == "ORKK" ? std::min(1100.0, again) : steps.at(c)) << c;
-      EXPECT_EQ(t.peak_bytes, c == "RRKK" ? 640 : 600) << c;  // the highest
-    }
-    EXPECT_EQ(race.all_trials().size(), 4u);  // merged, not added
-    for (int check = 0; check < 4; ++check) {
-      EXPECT_FALSE(race.Measured(again, 600).applied);
-    }
-    EXPECT_FALSE(race.Measuring(2 + 3 * 4 + 2 * 2 + 4));
-  }
-}
-
-// Where the one to keep offloads, the fastest trial without copies runs
-// again too, though the model predicts it slower: ORKK measures 1000 and
-// is kept over RRKK's 1030 (3% slower, beyond offload_tie's 1%); RRKK
-// (predicted 1400 against ORKK's 1300) runs again, then ORKK. Where RRKK
-// measures 960 again it is kept; where 1030 again, ORKK is.
-TEST(JointRaceTest, ATrialWithoutCopiesRunsAgainWhereTheOneToKeepOffloads) {
-  for (double again : {960.0, 1030.0}) {
-    JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, 0, /*rematch=*/0.2);
-    race.set_calibrated(true);
-    ASSERT_OK(race.Start());
-    const std::map<std::string, double> steps = {
-        {"ORKK", 1000}, {"RRKK", 1030}, {"ROKK", 1250}, {"OOKK", 1300}};
-    for (int k = 0; k < 4; ++k) RunCandidate(race, steps.at(Choices(race.plan())), 600);
-    ASSERT_FALSE(race.settled()) << again;
-    ASSERT_EQ(Choices(race.plan()), "RRKK");
-    EXPECT_TRUE(RunAgain(race, again, 600).applied);
-    ASSERT_FALSE(race.settled());
-    ASSERT_EQ(Choices(race.plan()), "ORKK");
-    EXPECT_TRUE(RunAgain(race, 1000, 600).applied);
-    ASSERT_TRUE(race.settled());
-    EXPECT_EQ(Choices(race.plan()), again < 1000 ? "RRKK" : "ORKK") << again;
-  }
-}
-
-// No rematch where the trial predicted faster measured more than 20% slower
-// (ORKK at 1250 against RRKK's 1000), nor for trials the model predicts
-// slower than the one kept (ROKK at 1010): the race settles on RRKK after
-// the candidates, as without the option.
-TEST(JointRaceTest, NoRematchForATrialClearlySlowerOrPredictedSlower) {
-  JointRace race = FourUnits(1.0, 700, 0, 0, /*lowerings=*/0, 0, /*rematch=*/0.2);
-  race.set_calibrated(true);
-  ASSERT_OK(race.Start());
-  const std::map<std::string, double> steps = {
-      {"ORKK", 1250}, {"RRKK", 1000}, {"ROKK", 1010}, {"OOKK", 1300}};
-  for (int k = 0; k < 4; ++k) RunCandidate(race, steps.at(Choices(race.plan())), 600);
-  ASSERT_TRUE(race.settled());
-  EXPECT_EQ(Choices(race.plan()), "RRKK");
 }
 
 }  // namespace
