@@ -14,6 +14,7 @@
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_problem_testing.h"
 #include "engine/plan/joint_race.h"
+#include "engine/plan/joint_race_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -24,14 +25,6 @@ namespace {
 using ::testing::Contains;
 using ::testing::Each;
 
-JointRace Started(int64_t budget, int64_t outside, bool allow_offload = false) {
-  JointRaceOptions options;
-  options.margin = 0;
-  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, outside,
-                 allow_offload, /*allow_recompute=*/true, {0, 1, 2, 3}, options);
-  EXPECT_OK(race.Start());
-  return race;
-}
 
 TEST(JointLengthTest, AUnitsBytesAndTimesScaleWithTheBatch) {
   UnitCost u = SelectiveStack(1, 1.0, 1).units[0];

@@ -70,6 +70,18 @@ inline JointRace CheckpointOnlyFourUnits(int64_t budget, double margin) {
                    {0, 1, 2, 3}, options);
 }
 
+// A race on four Stack units at 1 B/ns, recompute only unless
+// `allow_offload`, no margin, started (joint_length_test,
+// longer_batches_test).
+inline JointRace Started(int64_t budget, int64_t outside, bool allow_offload = false) {
+  JointRaceOptions options;
+  options.margin = 0;
+  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, outside,
+                 allow_offload, /*allow_recompute=*/true, {0, 1, 2, 3}, options);
+  EXPECT_TRUE(race.Start().ok());
+  return race;
+}
+
 // Runs the plan in force `runs` times: first a run of 1 ns and no peak (one
 // that would win every race, were it counted), then `step` and `peak`.
 // What the last run changed.

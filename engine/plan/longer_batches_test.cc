@@ -18,9 +18,9 @@
 #include "engine/plan/joint_plan.h"
 #include "engine/plan/joint_problem_testing.h"
 #include "engine/plan/joint_race.h"
+#include "engine/plan/joint_race_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "rapidcheck/gtest.h"
 #include "testing/status_matchers.h"
 
 namespace offload {
@@ -32,16 +32,6 @@ using ::testing::Each;
 constexpr int kChecks = 2;
 // A length no plan is made for (PlanForLength refuses it).
 constexpr double kInfinite = std::numeric_limits<double>::infinity();
-
-JointRace Started(int64_t budget, int64_t outside) {
-  JointRaceOptions options;
-  options.margin = 0;
-  JointRace race(Stack(4, 1.0, 1).units, 1.0, 1.0, budget, outside,
-                 /*allow_offload=*/false, /*allow_recompute=*/true, {0, 1, 2, 3},
-                 options);
-  EXPECT_OK(race.Start());
-  return race;
-}
 
 TEST(LongerBatchesTest, InTheRaceALongerBatchRunsThePlanForTheLongestSeen) {
   JointRace race = Started(1500, 0);
@@ -442,108 +432,6 @@ TEST(LongerBatchesTest, TheSmallestPlanMeasuredOverComesBackWithItsFiguresAndThe
   EXPECT_EQ(longer.ForEveryBatch()->id, over.plan->id);
 }
 
-TEST(LongerBatchesTest, AStepOutOfMemoryGivesWayToAPlanPredictedLowerThenToTheLastThatRan) {
-  // 300 beside the units: each plan for 1.5 that fails gives way to one
-  // predicted an eighth lower, until the smallest; when it fails, the plan
-  // before it, whose step ran since the length's first failure, runs again.
-  JointRace race = Started(1800, 300);
-  LongerBatches longer(race, kChecks);
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
-  ASSERT_TRUE(plan.has_value());
-  // The first failure at 1.5 does not take a plan that ran before it.
-  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(plan->id, plan->id));
-  EXPECT_TRUE(way.first_at_length);
-  ASSERT_TRUE(way.plan.has_value());
-  EXPECT_LT(way.plan->length.plan.peak_bytes, plan->length.plan.peak_bytes);
-  EXPECT_TRUE(longer.CheckBegins(way.plan->id));
-  EXPECT_FALSE(longer.CheckBegins(plan->id));
-  EXPECT_EQ(longer.ForEveryBatch()->id, way.plan->id);
-  LongerPlan previous = *plan;
-  LongerPlan failing = *way.plan;
-  for (int i = 0; i < 10 && way.plan.has_value(); ++i) {
-    ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, previous.id));
-    EXPECT_FALSE(way.first_at_length);
-    if (way.plan.has_value()) {
-      EXPECT_LT(way.plan->length.plan.peak_bytes, failing.length.plan.peak_bytes);
-      previous = failing;
-      failing = *way.plan;
-    }
-  }
-  ASSERT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, previous.id);
-  EXPECT_EQ(longer.ForEveryBatch()->id, previous.id);  // it takes the rung again
-  // Held by the failed plan itself, or by none: it runs on.
-  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, failing.id));
-  EXPECT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, 0);
-  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(failing.id, 0));
-  EXPECT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, 0);
-  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);  // none is below it
-  // The plan before it fails again: the one predicted below it is the one
-  // that failed last, and is not given again.
-  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(previous.id, 0));
-  EXPECT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, 0);
-  EXPECT_OK(way.why);
-}
-
-TEST(LongerBatchesTest, AtALengthsFirstFailureAPlanThatRanBeforeItDoesNotRunAgain) {
-  // At 1.2 every unit kept fits; a step of it measured far over makes the
-  // smallest plan for 1.2, which runs out of memory at once. The kept plan
-  // ran a whole step before that first failure, on more memory than the
-  // device holds now: it is not run again, and the smallest runs on.
-  JointRace race = Started(1800, 300);
-  LongerBatches longer(race, kChecks);
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> kept, longer.Longest(1.2));
-  ASSERT_TRUE(kept.has_value());
-  ASSERT_TRUE(longer.CheckBegins(kept->id));
-  ASSERT_OK_AND_ASSIGN(LongerBatches::CheckedStep over, longer.StepChecked(kept->id, 20000));
-  ASSERT_TRUE(over.plan.has_value());
-  ASSERT_FALSE(over.same);
-  ASSERT_GT(over.plan->length.needs_budget, 0);  // the smallest
-  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way,
-                       longer.OutOfMemory(over.plan->id, kept->id));
-  EXPECT_TRUE(way.first_at_length);
-  EXPECT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, 0);
-  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);
-  // At its second failure the kept plan, had a step of it run since, runs.
-  ASSERT_OK_AND_ASSIGN(way, longer.OutOfMemory(over.plan->id, kept->id));
-  EXPECT_FALSE(way.first_at_length);
-  EXPECT_EQ(way.again, kept->id);
-  EXPECT_EQ(longer.ForEveryBatch()->id, kept->id);
-}
-
-TEST(LongerBatchesTest, TheSmallestPlanOutOfMemoryRunsOnWithWhy) {
-  JointRace race = Started(1500, 100);
-  LongerBatches longer(race, kChecks);
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> smallest, longer.Longest(4.0));
-  ASSERT_TRUE(smallest.has_value());
-  const int64_t units_budget = race.units_budget();
-  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(smallest->id, 0));
-  EXPECT_TRUE(way.first_at_length);
-  EXPECT_FALSE(way.plan.has_value());
-  EXPECT_EQ(way.again, 0);
-  EXPECT_EQ(way.why.code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(race.units_budget(), units_budget);
-}
-
-TEST(LongerBatchesTest, AnUnknownPlanOutOfMemoryIsRefusedAndChangesNothing) {
-  JointRace race = Started(1800, 300);
-  LongerBatches longer(race, kChecks);
-  EXPECT_EQ(longer.OutOfMemory(3, 0).status().code(), StatusCode::kInvalidArgument);
-  ASSERT_OK_AND_ASSIGN(std::optional<LongerPlan> plan, longer.Longest(1.5));
-  ASSERT_TRUE(plan.has_value());
-  const int64_t units_budget = race.units_budget();
-  EXPECT_EQ(longer.OutOfMemory(plan->id + 1, 0).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(race.units_budget(), units_budget);
-  // 1.5's first failure is still to come.
-  ASSERT_OK_AND_ASSIGN(LongerBatches::GivingWay way, longer.OutOfMemory(plan->id, 0));
-  EXPECT_TRUE(way.first_at_length);
-}
-
 TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
   JointPlan a;
   a.choice = {UnitChoice::kOffload, UnitChoice::kKeep};
@@ -557,154 +445,6 @@ TEST(LongerBatchesTest, PlansRunAlikeWithTheSameChoicesAndSchedule) {
   b = a;
   b.choice[1] = UnitChoice::kRecompute;
   EXPECT_FALSE(SameSchedule(a, b));
-}
-
-// Any sequence of calls on a random race: a plan comes after the warm-up
-// only for the longest batch yet, and a batch runs the shortest rung's at
-// or above it; every plan made validates and, where it
-// names no larger budget, fits the one it was made for; a plan that ran out
-// of memory at its length is never given again there; the growth never
-// falls; only rungs' plans are checked, and at most kMaxRungs are kept; a check of a plan not
-// checked is refused and changes nothing.
-RC_GTEST_PROP(LongerBatchesProperties, PlansServeAsTheContractSays, ()) {
-  const int n = *rc::gen::inRange(2, 6);
-  const auto units = *rc::gen::container<std::vector<UnitCost>>(n, GenUnitCost(1000));
-  int64_t total = 0;
-  for (const UnitCost& u : units) total += u.saved_bytes;
-  const int64_t outside = *rc::gen::inRange<int64_t>(0, total / 4 + 1);
-  const int64_t budget = *rc::gen::inRange<int64_t>(total / 2 + 1, 2 * total + 2) + outside;
-  std::vector<int> index(n);
-  for (int i = 0; i < n; ++i) index[i] = i;
-  JointRaceOptions options;
-  options.margin = 0;
-  JointRace race(units, 1.0, 1.0, budget, outside, *rc::gen::arbitrary<bool>(),
-                 /*allow_recompute=*/true, index, options);
-  RC_ASSERT(race.Start().ok());
-  LongerBatches longer(race, kChecks);
-  std::vector<LongerPlan> made;
-  std::vector<std::pair<double, JointPlan>> failed;
-  double longest = 1.0;
-  int given = 0;  // the plan OutOfMemory gave last
-  auto check_made = [&](const LongerPlan& plan) {
-    RC_ASSERT(ValidateJointPlan(plan.length.plan, plan.length.problem).ok());
-    if (plan.length.needs_budget == 0) {
-      RC_ASSERT(plan.length.plan.peak_bytes <= plan.length.problem.budget);
-    }
-    made.push_back(plan);
-  };
-  auto any_made = [&]() {
-    return made.empty() ? 0 : made[*rc::gen::inRange<size_t>(0, made.size())].id;
-  };
-  const std::vector<double> ratios = {0.5, 0.55, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0};
-  std::vector<double> shorter;  // the lengths shorter plans were made for
-  for (int step = 0; step < 24; ++step) {
-    const double exponent = race.length_exponent();
-    const double ratio = *rc::gen::elementOf(ratios);
-    switch (*rc::gen::inRange(0, 5)) {
-      case 0: {
-        StatusOr<std::optional<LongerPlan>> plan = longer.Longest(ratio);
-        const bool longer_yet = ratio > longest;
-        longest = std::max(longest, ratio);
-        if (!plan.ok() || !plan->has_value()) {
-          RC_ASSERT(!longer_yet || !plan.ok());
-          break;
-        }
-        RC_ASSERT(longer_yet);
-        RC_ASSERT(longer.CheckBegins((*plan)->id));
-        RC_ASSERT(longer.ForEveryBatch()->id == (*plan)->id);
-        check_made(**plan);
-        break;
-      }
-      case 1: {  // a batch whose size is known in time: the shortest rung at or above it
-        StatusOr<std::optional<LongerPlan>> plan = longer.ForBatch(ratio);
-        longest = std::max(longest, ratio);
-        if (!plan.ok() || !plan->has_value()) {
-          RC_ASSERT(!plan.ok() || ratio < 1.0 || ratio == 1.0 ||
-                    !longer.ForEveryBatch().has_value());
-          break;
-        }
-        RC_ASSERT(ratio != 1.0);
-        RC_ASSERT(((*plan)->ratio < 1) == (ratio < 1));
-        const std::vector<LongerPlan> rungs = longer.Rungs();
-        bool a_rung = false;
-        for (const LongerPlan& rung : rungs) {
-          a_rung = a_rung || rung.id == (*plan)->id;
-          if (rung.ratio >= ratio) RC_ASSERT((*plan)->ratio <= rung.ratio);
-        }
-        RC_ASSERT(a_rung);
-        RC_ASSERT((*plan)->ratio >= ratio || (*plan)->id == longer.ForEveryBatch()->id);
-        if (ratio < 1) {  // lighter than the race's: it re-runs no unit the race's keeps
-          for (size_t i = 0; i < race.plan().choice.size(); ++i) {
-            if (race.plan().choice[i] == UnitChoice::kKeep) {
-              RC_ASSERT((*plan)->length.plan.choice[i] != UnitChoice::kRecompute);
-            }
-          }
-        }
-        if (std::none_of(made.begin(), made.end(),
-                         [&](const LongerPlan& p) { return p.id == (*plan)->id; })) {
-          check_made(**plan);
-          if (ratio < 1) {  // made for this length: an eighth from every one before
-            RC_ASSERT((*plan)->ratio == ratio);
-            for (const double before : shorter) {
-              RC_ASSERT(std::max(before, ratio) >=
-                        std::min(before, ratio) * LongerBatches::kShorterApart);
-            }
-            shorter.push_back(ratio);
-          }
-        }
-        break;
-      }
-      case 2: {
-        const int id = any_made();
-        const int64_t peak = *rc::gen::inRange<int64_t>(0, 4 * budget);
-        if (!longer.CheckBegins(id)) {
-          const std::vector<LongerPlan> rungs = longer.Rungs();
-          RC_ASSERT(longer.StepChecked(id, peak).status().code() ==
-                    StatusCode::kFailedPrecondition);
-          RC_ASSERT(longer.Rungs().size() == rungs.size());
-          break;
-        }
-        StatusOr<LongerBatches::CheckedStep> next = longer.StepChecked(id, peak);
-        if (next.ok() && next->plan.has_value()) {
-          RC_ASSERT(!longer.CheckBegins(id));  // its rung is the new plan's
-          check_made(*next->plan);
-        }
-        break;
-      }
-      case 3: {  // the plan given last, or any
-        const int id = given != 0 && *rc::gen::arbitrary<bool>() ? given : any_made();
-        if (id == 0) break;
-        const LongerPlan lost = *longer.Find(id);
-        failed.emplace_back(lost.ratio, lost.length.plan);
-        StatusOr<LongerBatches::GivingWay> way = longer.OutOfMemory(id, any_made());
-        RC_ASSERT(way.ok());
-        given = way->plan.has_value() ? way->plan->id : 0;
-        if (!way->plan.has_value()) break;
-        for (const auto& [at, plan] : failed) {
-          RC_ASSERT(!(at == way->plan->ratio && SameSchedule(plan, way->plan->length.plan)));
-        }
-        check_made(*way->plan);
-        break;
-      }
-      case 4:
-        (void)longer.RaceStepMeasured(ratio, *rc::gen::element(0, any_made()),
-                                      *rc::gen::inRange<int64_t>(0, 4 * budget));
-        break;
-    }
-    RC_ASSERT(race.length_exponent() >= exponent);
-    // Rungs only for lengths planned for; only rungs' plans are checked.
-    const std::vector<LongerPlan> rungs = longer.Rungs();
-    RC_ASSERT(rungs.size() <= static_cast<size_t>(LongerBatches::kMaxRungs));
-    for (size_t i = 0; i < rungs.size(); ++i) {
-      RC_ASSERT(rungs[i].ratio != 1.0 && rungs[i].ratio <= longest);
-      RC_ASSERT(i == 0 || rungs[i - 1].ratio < rungs[i].ratio);
-    }
-    for (const LongerPlan& plan : made) {
-      if (!longer.CheckBegins(plan.id)) continue;
-      RC_ASSERT(std::any_of(rungs.begin(), rungs.end(),
-                            [&](const LongerPlan& rung) { return rung.id == plan.id; }));
-    }
-  }
 }
 
 }  // namespace
