@@ -147,9 +147,9 @@ class Bounder {
       const UnitCost& unit = p_.units[u];
       const double run = unit.backward_ns + ReRunNs(unit, choice_[u]);
       // What u's backward holds beyond the budget, were every offloaded
-      // byte of units below it on device, is off device by E_u: out at
-      // most P_k + d2h * (E_u - F_k) of it, k <= u-1 (units k+1..u-1 made
-      // theirs after F_k).
+      // byte of units below it on device, is off device by E_u: at most
+      // P_k + d2h * (E_u - F_k) of it is out, k = -1..u-2 (units k+1..u-1
+      // make theirs after F_k; here out_[k] is P_k-1, end_[k] F_k-1).
       const int64_t excess = out_[u] - room_[u];
       for (int k = 0; k < u; ++k) {
         if (excess > out_[k]) {
