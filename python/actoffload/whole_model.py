@@ -77,9 +77,28 @@ class OffloadActivations:
     layers: modules (the layer stack), a model (its stack: find_layers), or
       None (the whole forward is one unit under a byte budget).
     num_layers: offload the first k of the n layers (default n - 1).
-    budget_bytes: keep the device bytes of offloadable saved tensors within
-      this budget (SPEC §4.7); default with no layers: the smallest the
-      engine can keep.
+    budget_bytes: with layers on a CUDA device (or a `probe`), the step's
+      peak as the user measures it: torch.cuda.max_memory_allocated()
+      above the memory allocated before the forward (SPEC §7.8). Each unit
+      is kept, offloaded or recomputed by the joint plan (budget.py, SPEC
+      §4.8), made from a profile of the first iterations and a race of
+      close plans in the next ones; budget_plan() prints it. A budget no
+      plan can meet raises ValueError once, at the next forward, naming
+      the smallest that fits, which is then planned. Without a probe (no
+      layers, or CPU layers): the engine's byte budget over the device
+      bytes of offloadable saved tensors (SPEC §4.7); default with no
+      layers: the smallest the engine can keep.
+    budget_fraction: the budget as a share, in (0, 1], of the step's
+      no-offload peak, measured by the profile (instead of budget_bytes).
+    granularity: the budget's units: "layer" (each of `layers`), or "block"
+      (each layer's attention and MLP blocks, where they hold most of its
+      parameters; budget_units.find_units).
+    allow_offload, allow_recompute: which choices the joint plan may make
+      (allow_offload=False: recompute only, checkpointing planned per unit;
+      allow_recompute=False: offload only).
+    probe: the device memory the budget reads (allocated(), peak(),
+      reset_peak(); probe.MemoryProbe on CUDA, the default there); a test's
+      scripted one on the simulated GPU.
     model: a module whose parameters and buffers are never offloaded, beside
       those of `layers` (SPEC §7.5).
     retain_pinned_buffers, backend, session: as get_cpu_offload_context.
