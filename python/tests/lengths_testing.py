@@ -101,6 +101,14 @@ def scripted(budget_fraction, model=None, **kwargs):
     return model, ctx, probe
 
 
+def offloading(model=None, **kwargs):
+    """scripted() at 0.75, where plans that offload fit, with the race
+    restricted to them: at that budget RRKKK fits too, and the race picks
+    by host-clock time, so a test whose premise is a plan that offloads
+    must not leave it to the clock (docs/testing.md)."""
+    return scripted(0.75, model, allow_recompute=False, **kwargs)
+
+
 def peaks_as_planned(probe, joint):
     """Once planned, `probe` reads the plan's own predicted peak, scaled to
     the batch from the length it was made for (for plans that offload,

@@ -17,8 +17,8 @@ import actoffload
 from actoffload import _common
 
 from budget_testing import UNIT, Decoder, make, seeded_step
-from lengths_testing import (Quadratic, ScalesWithLength, accumulated, peaks_as_planned,
-                             raising_once, scripted, tokens, warmed_up)
+from lengths_testing import (Quadratic, ScalesWithLength, accumulated, offloading,
+                             peaks_as_planned, raising_once, scripted, tokens, warmed_up)
 from models import assert_identical, train_step
 
 
@@ -124,7 +124,7 @@ def test_a_longer_batch_under_the_callers_own_saved_tensor_hooks_leaves_them_in_
     # them in place of the engine's (torch < 2.8, where the engine's hooks
     # are in force for the whole forward): they see every tensor the
     # forward saves, the engine none, and the plan for 48 waits.
-    model, ctx, probe = scripted(0.75, allow_recompute=False)
+    model, ctx, probe = offloading()
     joint = ctx.joint_budget
     peaks_as_planned(probe, joint)
     it = warmed_up(model, ctx)
@@ -221,8 +221,8 @@ def test_in_the_race_a_longer_batch_runs_a_plan_made_for_it_alone(allow_offload)
     # moment to plan), and its engine loop serves that plan after the
     # warm-up (its host buffers are made). Every step bit-identical to the same step without
     # the budget.
-    model, ctx, probe = scripted(0.75 if allow_offload else 0.8,
-                                  allow_offload=allow_offload, allow_recompute=not allow_offload)
+    model, ctx, probe = (offloading() if allow_offload else
+                          scripted(0.8, allow_offload=False))
     joint = ctx.joint_budget
     if allow_offload:
         peaks_as_planned(probe, joint)
@@ -291,7 +291,7 @@ def test_in_the_race_a_longer_batch_in_gradient_accumulation_or_raising_loses_no
     # caught by the loop; after each, every step is bit-identical to the
     # same step without the budget, the race's plan and loop come back,
     # and the warm-up ends with a plan that fits.
-    model, ctx, probe = scripted(0.75, allow_recompute=False)
+    model, ctx, probe = offloading()
     joint = ctx.joint_budget
     peaks_as_planned(probe, joint)
     in_force = []

@@ -16,8 +16,8 @@ from actoffload.budget_units import schedule_for
 
 from budget_testing import Decoder, seeded_step
 from lengths_testing import (FixedFirst, LayersFirst, Quadratic, accumulated, by_keyword,
-                             compiled_decoder, compiled_embedding, peaks_as_planned, raising_once,
-                             scripted, tokens, warmed_up)
+                             compiled_decoder, compiled_embedding, offloading, peaks_as_planned,
+                             raising_once, scripted, tokens, warmed_up)
 from models import assert_identical
 
 
@@ -258,7 +258,7 @@ def test_after_the_warm_up_a_plan_in_force_stays_where_no_longer_batch_came():
 
 
 def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
-    # Offloading allowed: the steady state keeps the engine and its unit
+    # A plan that offloads (offloading()): the steady state keeps the engine and its unit
     # hooks; the plan for a batch of 48 is the one the race makes for it
     # (its predicted peak, at 48, within the budget), in force from that
     # batch's forward on, with the engine's loop made anew before its first
@@ -268,7 +268,7 @@ def test_a_longer_batch_under_a_plan_that_offloads_is_planned_for_too():
     # own plan and loop: the race's and the one made for 48, each kept (its
     # host buffers made), no other loop made; else every batch runs the
     # plan for 48. Steps bit-identical.
-    model, ctx, probe = scripted(0.75, allow_recompute=False)
+    model, ctx, probe = offloading()
     per_unit = _common.saved_hooks_top() is not NotImplemented
     joint = ctx.joint_budget
     peaks_as_planned(probe, joint)
@@ -334,7 +334,7 @@ def test_a_plan_of_the_same_choices_on_another_schedule_runs_a_loop_of_its_own()
     # in force kept its schedule: GPU run 140); a plan of the same choices
     # and schedule keeps the loop; one whose schedule the engine refuses
     # changes nothing. Steps bit-identical.
-    model, ctx, probe = scripted(0.75, allow_recompute=False)
+    model, ctx, probe = offloading()
     joint = ctx.joint_budget
     peaks_as_planned(probe, joint)
     it = warmed_up(model, ctx)
@@ -417,8 +417,8 @@ def test_after_the_warm_up_batches_of_several_lengths_in_one_accumulation_or_rai
     # length. Every step bit-identical to the same step without the budget;
     # at the end no loop holds an iteration (nothing leaked), and the plan
     # in force after a step of 48 is the one for 48.
-    model, ctx, probe = scripted(0.75 if allow_offload else 0.8, allow_offload=allow_offload,
-                                  allow_recompute=not allow_offload)
+    model, ctx, probe = (offloading() if allow_offload else
+                          scripted(0.8, allow_offload=False))
     joint = ctx.joint_budget
     if allow_offload:
         peaks_as_planned(probe, joint)
